@@ -1,0 +1,158 @@
+"""Typed messages in and out of the engine: what a caller asks for and what it gets back.
+
+The engine thread yields these frozen dataclasses; the server turns them into JSON and the
+app into signals. Errors travel as `ErrorEvent`, never as text inside the token stream.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Literal
+
+from runtime.errors import SettingsError
+
+_ids = itertools.count(1)
+
+
+def next_request_id() -> str:
+    return f"req-{next(_ids)}"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick each next token. temperature 0 means greedy (argmax)."""
+
+    temperature: float = 0.8
+    top_k: int = 40  # 0 = off
+    top_p: float = 0.95  # 1.0 = off
+    min_p: float = 0.05  # 0.0 = off
+    repeat_penalty: float = 1.0  # 1.0 = off
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    penalty_last_n: int = 64
+    seed: int | None = None
+    max_tokens: int = 512
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.temperature <= 100.0:
+            raise SettingsError(f"temperature must be between 0 and 100, not {self.temperature}")
+        if self.top_k < 0:
+            raise SettingsError(f"top_k must be 0 (off) or positive, not {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise SettingsError(f"top_p must be in (0, 1], not {self.top_p}")
+        if not 0.0 <= self.min_p < 1.0:
+            raise SettingsError(f"min_p must be in [0, 1), not {self.min_p}")
+        if self.repeat_penalty <= 0.0:
+            raise SettingsError(f"repeat_penalty must be positive, not {self.repeat_penalty}")
+        if self.penalty_last_n < 0:
+            raise SettingsError(f"penalty_last_n must be 0 or positive, not {self.penalty_last_n}")
+        if self.max_tokens < 1:
+            raise SettingsError(f"max_tokens must be at least 1, not {self.max_tokens}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One generation: a raw prompt (text or token ids) or a chat (rendered with the model's
+    template). `n` > 1 asks for several samples of the same prompt (they share its cells)."""
+
+    prompt: str | tuple[int, ...] | None = None
+    messages: tuple[ChatMessage, ...] | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    n: int = 1
+    truncate_middle: bool = False  # drop older turns instead of failing on overflow
+    id: str = field(default_factory=next_request_id)
+
+    def __post_init__(self) -> None:
+        if (self.prompt is None) == (self.messages is None):
+            raise SettingsError("give either a prompt or chat messages, not both or neither")
+        if self.n < 1:
+            raise SettingsError(f"n must be at least 1, not {self.n}")
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One generated token. `text` is the newly decodable text (may be "" while a multi-byte
+    character is incomplete, or while a possible stop string is held back)."""
+
+    request_id: str
+    index: int  # which of the n samples
+    token_id: int
+    text: str
+    from_draft: bool = False
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Speculative statistics of one round for one sequence (absent when not drafting)."""
+
+    request_id: str
+    index: int
+    drafted: int
+    accepted: int
+    k: int  # draft length chosen for this round
+    acceptance_rate: float  # running, over the whole reply
+    mean_accepted_length: float  # running tokens per target step
+    predicted_speedup: float
+    measured_speedup: float
+    drafting_off_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0  # prompt tokens reused from the cache (prefix sharing)
+
+
+@dataclass(frozen=True)
+class Timings:
+    ttft_s: float  # request accepted → first token
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    total_s: float
+
+
+@dataclass(frozen=True)
+class SpecSummary:
+    drafted: int
+    accepted: int
+    acceptance_rate: float
+    mean_accepted_length: float
+    measured_speedup: float
+
+
+FinishReason = Literal["stop", "length", "cancelled"]
+
+
+@dataclass(frozen=True)
+class Finished:
+    request_id: str
+    index: int
+    reason: FinishReason
+    usage: Usage
+    timings: Timings
+    speculative: SpecSummary | None = None
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    """A request failed. `kind` is the exception's class name, `message` its one line."""
+
+    request_id: str
+    kind: str
+    message: str
+
+
+Event = TokenEvent | StepStats | Finished | ErrorEvent

@@ -1,0 +1,62 @@
+"""Shared fixtures: isolated user dirs for every test, the tiny generated GGUFs, the default
+model. The tiny models are written once into the user cache (keyed by their spec) and reused
+across runs; they are never committed."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from runtime.paths import user_dirs
+from tests.fixtures.tiny_gguf import ALIEN_DRAFT, DRAFT, TARGET, TinySpec, write_tiny_gguf
+
+_REAL_DIRS = user_dirs()  # taken before any test redirects OUTRIDER_HOME
+
+
+def tiny_model_path(spec: TinySpec) -> Path:
+    """The cached file for `spec`, written on first use."""
+    source = Path(__file__).parent / "fixtures" / "tiny_gguf.py"
+    key = hashlib.sha256((repr(spec) + source.read_text()).encode()).hexdigest()[:12]
+    path = _REAL_DIRS.cache / "test-models" / f"{spec.name}-{key}.gguf"
+    if not path.is_file():
+        write_tiny_gguf(path, spec)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory,
+                       monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every test gets its own OUTRIDER_HOME: no test reads or writes the user's data."""
+    home = tmp_path_factory.mktemp("outrider-home")
+    monkeypatch.setenv("OUTRIDER_HOME", str(home))
+    monkeypatch.delenv("OUTRIDER_MODELS_DIR", raising=False)
+    yield home
+
+
+@pytest.fixture(scope="session")
+def tiny_target() -> Path:
+    return tiny_model_path(TARGET)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft() -> Path:
+    return tiny_model_path(DRAFT)
+
+
+@pytest.fixture(scope="session")
+def alien_draft() -> Path:
+    return tiny_model_path(ALIEN_DRAFT)
+
+
+@pytest.fixture(scope="session")
+def default_model() -> Path:
+    """SmolLM2-135M-Instruct Q4_1 in the real user library (fetched by `make`, or here)."""
+    from runtime.default_model import fetch_default_model
+
+    return fetch_default_model(_REAL_DIRS.models, _REAL_DIRS.cache)
