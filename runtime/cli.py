@@ -15,7 +15,8 @@ from runtime.errors import OutriderError
 
 # Modules that each define `register(subparsers)`; their handlers return an exit code.
 COMMAND_MODULES = (
-    "runtime.cli_engine",  # info, plan, run, chat
+    "runtime.cli_info",  # info, plan
+    "runtime.cli_engine",  # run, chat
     "runtime.cli_hub",  # search, show, pull, ls, rm
     "runtime.cli_server",  # serve
     "runtime.cli_speculative",  # draft make
