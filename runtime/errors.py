@@ -55,3 +55,107 @@ class NoModelLoaded(OutriderError):
 
 class DefaultModelError(OutriderError):
     """The default model could not be fetched or failed its checksum."""
+
+
+# --- Hugging Face Hub, downloads (runtime.hub, runtime.downloads) ---------------------------
+
+
+class HubError(OutriderError):
+    """Talking to the Hugging Face Hub (or the mirror named by HF_ENDPOINT) failed."""
+
+
+class HubOffline(HubError):
+    """Offline mode (HF_HUB_OFFLINE) is on and no cached answer exists."""
+
+
+class HubUnreachable(HubError):
+    """The Hub could not be reached (no network, DNS, refused connection, timeout)."""
+
+
+class HubServerError(HubError):
+    """The Hub answered with a server error (HTTP 5xx or 429): worth retrying later."""
+
+
+class RepoNotFound(HubError):
+    """The repository (or revision) does not exist, or is private and the token cannot see it."""
+
+
+class RemoteFileNotFound(HubError):
+    """The repository exists but has no such file (HTTP 404)."""
+
+
+class GatedRepo(HubError):
+    """The repository is gated: it needs a token of an account that accepted its terms."""
+
+    needs_token = True
+
+
+class DownloadError(OutriderError):
+    """A download could not finish."""
+
+
+class DiskFull(DownloadError):
+    """Not enough free disk space for the download (checked before starting, and on ENOSPC)."""
+
+
+class HashMismatch(DownloadError):
+    """The downloaded bytes do not match the file's published sha256; the file was set aside."""
+
+
+class DownloadFailed(DownloadError):
+    """Retries ran out (connection errors, HTTP 5xx, stalls)."""
+
+
+class PortInUse(OutriderError):
+    """The server's port is taken by another process."""
+
+
+class PathNotAllowed(OutriderError):
+    """A request names a file outside the models library (the server refuses to touch it)."""
+
+
+class EngineBusy(OutriderError):
+    """The engine is loading or unloading a model and cannot take this request now."""
+
+
+# --- Quantization and quality (runtime.quantize, runtime.imatrix, runtime.evaluate) ---------
+
+
+class QuantizeError(OutriderError):
+    """A quantized copy of a model could not be made (bad recipe, llama.cpp refused)."""
+
+
+class RequantizeRefused(QuantizeError):
+    """The source is already quantized and the caller did not allow requantizing."""
+
+
+class ImatrixError(QuantizeError):
+    """An importance matrix file is unreadable, or does not fit the model or the quant type."""
+
+
+class QuantizeCancelled(QuantizeError):
+    """The quantization was cancelled; nothing was left behind."""
+
+
+class EvalError(OutriderError):
+    """A perplexity / KL-divergence evaluation could not run."""
+
+
+class TextTooShort(EvalError):
+    """The evaluation text has fewer than two context windows of tokens."""
+
+
+class KLDBaseMismatch(EvalError):
+    """A KL-divergence reference file was made from another text, context size or vocabulary."""
+
+
+class ChatTemplateError(OutriderError):
+    """The model's chat template refused the messages (its own raise_exception)."""
+
+
+class EngineError(OutriderError):
+    """llama.cpp failed while evaluating a batch (not the request's fault)."""
+
+
+class CatalogError(OutriderError):
+    """The curated catalogue (models/catalog.toml) is malformed."""

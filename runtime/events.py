@@ -34,6 +34,7 @@ class SamplingParams:
     seed: int | None = None
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
+    ignore_eos: bool = False  # keep generating past end-of-generation tokens (benchmarks)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= 100.0:
@@ -114,6 +115,7 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0  # prompt tokens reused from the cache (prefix sharing)
+    truncated_tokens: int = 0  # prompt tokens dropped by middle truncation (never silent)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,72 @@
+"""LoadSettings → llama.cpp parameters (runtime.llama_params), asserted value by value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runtime.llama_params import (
+    FLASH_ATTN_AUTO,
+    FLASH_ATTN_OFF,
+    FLASH_ATTN_ON,
+    GGML_TYPE_IDS,
+    LOAD_MODE_MMAP,
+    LOAD_MODE_NONE,
+    to_llama_params,
+)
+from runtime.settings import KV_CACHE_TYPES, LoadSettings
+
+MODEL = Path("m.gguf")
+
+
+def test_defaults() -> None:
+    p = to_llama_params(LoadSettings(model_path=MODEL), cpu_count=8)
+    assert (p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max) == (4096, 512, 512, 1)
+    assert (p.n_threads, p.n_threads_batch) == (8, 8)
+    assert (p.type_k, p.type_v) == (1, 1)
+    assert p.flash_attn == FLASH_ATTN_AUTO
+    assert p.kv_unified is True
+    assert p.load_mode == LOAD_MODE_MMAP
+    assert p.n_gpu_layers == 0
+    assert p.notes == ("GPU layers: auto without a memory plan, so the model stays on the CPU",)
+
+
+def test_every_offered_kv_type_has_a_ggml_id() -> None:
+    assert set(KV_CACHE_TYPES) <= set(GGML_TYPE_IDS)
+
+
+@pytest.mark.parametrize(("type_v", "flash", "expected_note"), [
+    ("q8_0", "auto", "flash attention on: the quantized V cache (q8_0) needs it"),
+    ("q4_0", "off", "flash attention on although it was set off: the quantized V cache (q4_0) needs it"),
+])
+def test_quantized_v_switches_flash_attention_on_and_says_so(type_v: str, flash: str,
+                                                             expected_note: str) -> None:
+    s = LoadSettings(model_path=MODEL, type_v=type_v, flash_attn=flash, gpu_layers=0)  # type: ignore[arg-type]
+    p = to_llama_params(s)
+    assert p.flash_attn == FLASH_ATTN_ON
+    assert p.type_v == GGML_TYPE_IDS[type_v]
+    assert p.notes == (expected_note,)
+
+
+def test_quantized_k_alone_leaves_flash_attention_to_the_user() -> None:
+    p = to_llama_params(LoadSettings(model_path=MODEL, type_k="q8_0", flash_attn="off", gpu_layers=0))
+    assert (p.type_k, p.type_v, p.flash_attn, p.notes) == (8, 1, FLASH_ATTN_OFF, ())
+
+
+def test_gpu_layers_user_beats_plan_beats_cpu() -> None:
+    assert to_llama_params(LoadSettings(model_path=MODEL, gpu_layers=12), 30).n_gpu_layers == 12
+    planned = to_llama_params(LoadSettings(model_path=MODEL), 30)
+    assert planned.n_gpu_layers == 30 and planned.notes == ()
+
+
+def test_batches_never_exceed_the_context() -> None:
+    p = to_llama_params(LoadSettings(model_path=MODEL, n_ctx=256, n_batch=2048, n_ubatch=1024))
+    assert (p.n_batch, p.n_ubatch) == (256, 256)
+
+
+def test_threads_parallel_and_mmap() -> None:
+    s = LoadSettings(model_path=MODEL, n_threads=3, n_threads_batch=5, n_parallel=8, use_mmap=False)
+    p = to_llama_params(s)
+    assert (p.n_threads, p.n_threads_batch, p.n_seq_max, p.load_mode) == (3, 5, 8, LOAD_MODE_NONE)
+    assert to_llama_params(LoadSettings(model_path=MODEL, n_threads=3)).n_threads_batch == 3
