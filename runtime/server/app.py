@@ -1,0 +1,127 @@
+"""The FastAPI application: routes, middlewares and error handlers around one engine.
+
+    engine = Engine(); engine.start()
+    app = create_app(engine, api_key="secret", models_dir=user_dirs().models,
+                     limits=ServerLimits())
+    uvicorn.run(app, host="127.0.0.1", port=1234)
+
+Every error leaves in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`):
+validation failures are 400 (not FastAPI's 422), `OutriderError`s get the status
+`error_responses.status_for` assigns, and anything unexpected a 500 that names it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
+
+from runtime import __version__
+from runtime.engine_api import EngineAPI
+from runtime.errors import OutriderError
+from runtime.server.api_routes import api_router
+from runtime.server.error_responses import error_response, response_for_exception
+from runtime.server.middleware import (
+    ApiKeyMiddleware,
+    BodyLimitMiddleware,
+    BrowserGuardMiddleware,
+    JsonBodyMiddleware,
+)
+from runtime.server.openai_routes import openai_router
+from runtime.server.state import ServerLimits, ServerState
+
+log = logging.getLogger(__name__)
+
+
+def _is_union_tag(part: Any) -> bool:
+    """pydantic names the union member it tried in `loc`: "str", "list[int]", "function-..."."""
+    return isinstance(part, str) and (part in {"str", "int", "float", "bool", "list", "dict"}
+                                      or "[" in part or part.startswith("function-"))
+
+
+def validation_message(errors: Sequence[Any]) -> tuple[str, str | None]:
+    """A one-line message and the offending parameter from pydantic's error list.
+
+    >>> validation_message([{"type": "int_type", "loc": ("body", "max_tokens"),
+    ...                      "msg": "Input should be a valid integer"}])
+    ('max_tokens: Input should be a valid integer', 'max_tokens')
+    """
+    if not errors:
+        return "invalid request", None
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        return "the request body is not valid JSON", None
+    if len(first.get("loc", ())) <= 1:
+        if first.get("type") == "missing":
+            return "the request body is missing", None
+        return "the request body must be a JSON object", None
+    # A union field fails once per member ("str", "list[int]", ...): the deepest failure is
+    # the one that says what is wrong.
+    top = first.get("loc", ())[:2]
+    first = max((e for e in errors if e.get("loc", ())[:2] == top),
+                key=lambda e: len(e.get("loc", ())))
+    parts = [str(p) for p in first.get("loc", ()) if p != "body" and not _is_union_tag(p)]
+    where = ".".join(parts)
+    message = f"{where}: {first.get('msg', 'invalid value')}" if where else str(first.get("msg"))
+    return message, where or None
+
+
+def create_app(engine: EngineAPI, *, api_key: str | None, models_dir: Path,
+               cors_origins: Sequence[str] = (), limits: ServerLimits,
+               allowed_models: Iterable[Path] = (), allow_any_path: bool = False,
+               local_only: bool = False) -> FastAPI:
+    """The server for `engine`. `allowed_models` may be loaded from outside `models_dir`
+    (the model the server was started with); `allow_any_path` lifts the confinement.
+    `local_only` (a loopback-bound server) refuses Host headers that are not loopback."""
+    state = ServerState.create(engine, api_key=api_key, models_dir=models_dir, limits=limits,
+                               allowed_models=allowed_models, allow_any_path=allow_any_path)
+    app = FastAPI(title="Outrider", version=__version__,
+                  description="OpenAI-compatible local server (see docs/api.md)")
+    app.state.outrider = state
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    app.include_router(openai_router(state))
+    app.include_router(api_router(state))
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = validation_message(exc.errors())
+        return error_response(400, message, code="invalid_value", param=param)
+
+    @app.exception_handler(OutriderError)
+    async def on_outrider_error(request: Request, exc: OutriderError) -> JSONResponse:
+        return response_for_exception(exc)
+
+    @app.exception_handler(HTTPException)
+    async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return error_response(exc.status_code, str(exc.detail), code=code,
+                              headers=dict(exc.headers or {}))
+
+    @app.exception_handler(Exception)
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return response_for_exception(exc)
+
+    # Added innermost first: Starlette wraps each new middleware around the previous ones.
+    app.add_middleware(JsonBodyMiddleware)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
+    if api_key:
+        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
+    app.add_middleware(BrowserGuardMiddleware, allowed_origins=list(cors_origins),
+                       local_only=local_only)
+    if cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins),
+                           allow_methods=["GET", "POST", "OPTIONS"],
+                           allow_headers=["Authorization", "Content-Type"])
+    return app

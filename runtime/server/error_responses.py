@@ -1,0 +1,74 @@
+"""Errors in OpenAI's JSON shape, and which HTTP status each Outrider error gets.
+
+    >>> error_body("model 'x' is not loaded", code="model_not_found")
+    {'error': {'message': "model 'x' is not loaded", 'type': 'invalid_request_error',
+               'param': None, 'code': 'model_not_found'}}
+    >>> status_for(ContextOverflow)
+    (400, 'context_length_exceeded')
+
+The engine reports a request's failure as an `ErrorEvent` carrying the exception's class
+name; `status_for_kind` maps that name back through the same table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from runtime import errors
+
+# Most specific first: the first class the error is an instance of decides.
+_STATUS: tuple[tuple[type[errors.OutriderError], int, str], ...] = (
+    (errors.PathNotAllowed, 403, "path_not_allowed"),
+    (errors.ModelNotFound, 404, "model_not_found"),
+    (errors.ModelFileError, 400, "invalid_model_file"),
+    (errors.ContextOverflow, 400, "context_length_exceeded"),
+    (errors.SettingsError, 400, "invalid_value"),
+    (errors.LoadError, 400, "load_failed"),
+    (errors.EngineBusy, 409, "engine_busy"),
+    (errors.NoModelLoaded, 503, "model_not_loaded"),
+    (errors.OutriderError, 400, "invalid_request"),
+)
+
+
+def status_for(error_type: type[BaseException]) -> tuple[int, str]:
+    """HTTP status and OpenAI `code` for an exception class; 500 for anything not a user's."""
+    for cls, status, code in _STATUS:
+        if issubclass(error_type, cls):
+            return status, code
+    return 500, "internal_error"
+
+
+def status_for_kind(kind: str) -> tuple[int, str]:
+    """Like `status_for`, from the class name an `ErrorEvent` carries."""
+    cls = getattr(errors, kind, None)
+    if isinstance(cls, type) and issubclass(cls, BaseException):
+        return status_for(cls)
+    return 500, "internal_error"
+
+
+def error_body(message: str, *, code: str | None = None, status: int = 400,
+               param: str | None = None) -> dict[str, Any]:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def error_response(status: int, message: str, *, code: str | None = None,
+                   param: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(message, code=code, status=status, param=param),
+                        status_code=status, headers=headers)
+
+
+def response_for_exception(exc: BaseException) -> JSONResponse:
+    status, code = status_for(type(exc))
+    message = str(exc) if status < 500 else f"internal error: {type(exc).__name__}: {exc}"
+    return error_response(status, message, code=code)
+
+
+def response_for_event(kind: str, message: str) -> JSONResponse:
+    status, code = status_for_kind(kind)
+    if status >= 500:
+        message = f"internal error: {kind}: {message}"
+    return error_response(status, message, code=code)
