@@ -5,6 +5,8 @@ Everything else about the package lives in pyproject.toml; setuptools still need
 package installs without it and `runtime.kernels` falls back to numpy (and says so).
 """
 
+from glob import glob
+
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
@@ -28,6 +30,7 @@ setup(
         Extension(
             "runtime._native",
             sources=["native/outrider_native.c"],
+            depends=sorted(glob("native/*.h")),
             extra_compile_args=["-O3", "-std=c11"],
         )
     ],

@@ -1,0 +1,250 @@
+"""Adaptive draft length: pick k each round to maximise expected tokens per second.
+
+With per-token acceptance rate α a round drafting k tokens emits on average
+
+    E(α, k) = (1 − α^(k+1)) / (1 − α)            (k + 1 when α = 1)
+
+tokens and costs k·t_draft + t_verify(k). On a GPU verifying k + 1 tokens costs about one
+step; on a CPU it grows with k, so t_verify(k) ≈ t0 + k·t1 is fitted online from measured
+rounds (plain steps are its k = 0 points). The controller picks the k in 0..k_max with the
+best E / cost. Worked example: α = 0.8, t_draft = 2 ms, t_verify(k) = 20 + 2k ms:
+
+    k = 0: 1.00 token / 20 ms  = 50 tok/s
+    k = 3: 2.95 tokens / 32 ms = 92 tok/s
+    k = 6: 3.95 tokens / 44 ms = 90 tok/s          → k = 4 (93 tok/s) wins
+
+α is estimated per drafted token: a round that accepted a of d drafts is a successes and
+(a < d) one failure; tokens after the first rejection were never judged, so counting them
+as failures (accepted / drafted) would underestimate α. Estimates decay exponentially.
+
+Auto-off: after each window of speculative rounds the *measured* rate (tokens / seconds,
+drafting included) is compared with plain decoding (measured: every `plain_every` rounds
+one plain step is timed). If drafting is slower — or the model predicts that no k > 0
+beats plain — speculation switches off with a reason, and after `probe_after` plain steps
+a probe window drafts again; each failed probe doubles the wait (up to `probe_after_max`).
+A fixed k (`fixed_k`) bypasses all of this.
+
+Pure Python and deterministic: it sees only the numbers it is given.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Literal
+
+from runtime.errors import SettingsError
+
+State = Literal["on", "off", "probing"]
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """E(α, k): mean tokens emitted by a round that drafts k (accepted drafts + 1).
+
+    >>> round(expected_tokens(0.8, 4), 3)
+    3.362
+    """
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+class DraftLengthController:
+    """Chooses k for each round from measured acceptance and costs; see the module doc.
+
+    Per round the engine calls `next_k()`, drafts (stopping early while
+    `keep_drafting(top_prob)` says no), verifies, and reports `record_round(...)` — or, when
+    k was 0, runs a plain step and reports `record_plain(seconds)`.
+
+    Attributes:
+        off_reason: why speculation is off now (None while on or probing).
+    """
+
+    def __init__(
+        self,
+        *,
+        k_max: int = 8,
+        fixed_k: int | None = None,
+        p_min: float = 0.3,
+        alpha_prior: float = 0.7,
+        decay: float = 0.9,
+        window: int = 16,
+        plain_every: int = 32,
+        probe_after: int = 64,
+        probe_after_max: int = 1024,
+    ) -> None:
+        if not 1 <= k_max <= 32:
+            raise SettingsError(f"k_max must be between 1 and 32, not {k_max}")
+        if fixed_k is not None and not 0 <= fixed_k <= 32:
+            raise SettingsError(f"a fixed draft length must be 0..32, not {fixed_k}")
+        if not 0.0 < decay < 1.0 or window < 1 or plain_every < 2 or probe_after < 1:
+            raise SettingsError("bad adaptive draft-length tuning")
+        self.k_max = k_max
+        self.fixed_k = fixed_k
+        self.p_min = p_min
+        self._decay = decay
+        self._window_size = window
+        self._plain_every = plain_every
+        self._probe_base = probe_after
+        self._probe_max = probe_after_max
+        self._probe_after = probe_after
+        # α as decayed successes / trials, starting from a weak prior of 4 trials
+        self._succ = 4.0 * alpha_prior
+        self._trials = 4.0
+        self._t_draft: float | None = None  # seconds per drafted token
+        self._t_plain: float | None = None  # seconds per plain step
+        # decayed sums for the weighted least-squares fit t_verify(k) = t0 + k·t1
+        self._sw = self._sx = self._sxx = self._sy = self._sxy = 0.0
+        self._window: deque[tuple[int, float]] = deque(maxlen=window)
+        self.state: State = "on"
+        self.off_reason: str | None = None
+        self._plain_left = 0  # plain steps still to run while off
+        self._since_plain = 0
+
+    # ---- what the engine asks --------------------------------------------------------
+
+    def next_k(self) -> int:
+        """Draft length for the coming round; 0 means a plain step (no drafting)."""
+        if self.fixed_k is not None:
+            return self.fixed_k
+        if self.state == "off":
+            if self._plain_left > 0:
+                self._plain_left -= 1
+                return 0
+            self.state = "probing"
+            self._window.clear()
+        if self._t_plain is None and self._sw > 0.0:
+            return 0  # time one plain step early: the yardstick for everything else
+        if self._since_plain >= self._plain_every:
+            return 0  # refresh the plain-step time now and then
+        if self._t_draft is None or self._sw == 0.0:
+            return min(4, self.k_max)  # nothing measured yet: a moderate start
+        best = self.best_k()
+        if best == 0 and self.state == "on":
+            self._switch_off(self._predicted_reason())
+            return self.next_k()
+        return max(best, 1)
+
+    def keep_drafting(self, top_prob: float) -> bool:
+        """Early stop: draft the next token only while the draft's own top probability is
+        at least p_min (an unsure draft is rarely accepted)."""
+        return top_prob >= self.p_min
+
+    # ---- what the engine reports -----------------------------------------------------
+
+    def record_round(self, *, drafted: int, accepted: int, t_draft: float,
+                     t_verify: float) -> None:
+        """A speculative round: `drafted` tokens proposed in `t_draft` seconds (all draft
+        steps), `accepted` of them kept, the target batch took `t_verify` seconds."""
+        if not 0 <= accepted <= drafted:
+            raise SettingsError(f"accepted ({accepted}) must be within 0..drafted ({drafted})")
+        if drafted == 0:  # the drafter gave up at once: the target ran a plain step
+            self.record_plain(t_verify + t_draft)
+            return
+        d = self._decay
+        self._succ = self._succ * d + accepted
+        self._trials = self._trials * d + accepted + (1 if accepted < drafted else 0)
+        per_token = t_draft / drafted
+        self._t_draft = per_token if self._t_draft is None else \
+            self._t_draft * d + per_token * (1.0 - d)
+        self._fit(drafted, t_verify)
+        self._since_plain += 1
+        if self.fixed_k is not None:
+            return
+        self._window.append((accepted + 1, t_draft + t_verify))
+        if len(self._window) == self._window_size and self._t_plain is not None:
+            self._judge_window()
+
+    def record_plain(self, seconds: float) -> None:
+        """A plain decoding step (one token, no drafting) took `seconds`."""
+        d = self._decay
+        self._t_plain = seconds if self._t_plain is None else \
+            self._t_plain * d + seconds * (1.0 - d)
+        self._fit(0, seconds)
+        self._since_plain = 0
+
+    # ---- the model -------------------------------------------------------------------
+
+    @property
+    def alpha(self) -> float:
+        """Running per-token acceptance probability."""
+        return self._succ / self._trials
+
+    @property
+    def t_draft(self) -> float | None:
+        return self._t_draft
+
+    @property
+    def t_plain(self) -> float | None:
+        return self._t_plain
+
+    @property
+    def cost_ratio(self) -> float | None:
+        """c = t_draft / t_target, for the predicted-speedup formula."""
+        if self._t_draft is None or not self._t_plain:
+            return None
+        return self._t_draft / self._t_plain
+
+    def verify_cost(self, k: int) -> float:
+        """Fitted seconds to verify k drafts (a batch of k + 1 tokens)."""
+        t0, t1 = self._line()
+        return t0 + k * t1
+
+    def predicted_rate(self, k: int) -> float:
+        """Expected tokens per second when drafting k."""
+        cost = k * (self._t_draft or 0.0) + self.verify_cost(k)
+        return expected_tokens(self.alpha, k) / cost if cost > 0 else 0.0
+
+    def best_k(self) -> int:
+        """The k in 0..k_max with the highest predicted rate (ties: the smaller k)."""
+        rates = [self.predicted_rate(k) for k in range(self.k_max + 1)]
+        return max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
+
+    def _fit(self, x: int, y: float) -> None:
+        d = self._decay
+        self._sw = self._sw * d + 1.0
+        self._sx = self._sx * d + x
+        self._sxx = self._sxx * d + x * x
+        self._sy = self._sy * d + y
+        self._sxy = self._sxy * d + x * y
+
+    def _line(self) -> tuple[float, float]:
+        if self._sw == 0.0:
+            return 0.0, 0.0
+        mx, my = self._sx / self._sw, self._sy / self._sw
+        var = self._sxx / self._sw - mx * mx
+        # one distinct k so far: no slope to see yet; assume flat (GPU-like) until shown
+        slope = (self._sxy / self._sw - mx * my) / var if var > 1e-9 else 0.0
+        slope = max(slope, 0.0)  # noise must not make longer batches look cheaper
+        return max(my - slope * mx, 1e-9), slope
+
+    # ---- switching off and on --------------------------------------------------------
+
+    def _judge_window(self) -> None:
+        tokens = sum(t for t, _ in self._window)
+        seconds = sum(s for _, s in self._window)
+        measured = tokens / seconds if seconds > 0 else 0.0
+        plain = 1.0 / self._t_plain if self._t_plain else 0.0
+        if measured < plain:
+            if self.state == "probing":
+                self._probe_after = min(self._probe_after * 2, self._probe_max)
+            self._switch_off(
+                f"speculation off: {measured:.1f} tok/s with drafting is below "
+                f"{plain:.1f} tok/s plain over the last {len(self._window)} rounds "
+                f"(acceptance {self.alpha:.0%}); trying again in {self._probe_after} steps")
+        elif self.state == "probing":
+            self.state = "on"
+            self.off_reason = None
+            self._probe_after = self._probe_base
+
+    def _predicted_reason(self) -> str:
+        c = self.cost_ratio
+        cost = f"a draft step costing {c:.2f}× a target step" if c is not None else \
+            "the measured draft cost"
+        return (f"speculation off: at acceptance {self.alpha:.0%} and {cost}, no draft "
+                f"length beats plain decoding; trying again in {self._probe_after} steps")
+
+    def _switch_off(self, reason: str) -> None:
+        self.state = "off"
+        self.off_reason = reason
+        self._plain_left = self._probe_after
+        self._window.clear()

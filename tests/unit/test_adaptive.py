@@ -1,0 +1,139 @@
+"""Adaptive draft length on synthetic timings: it picks long drafts when acceptance is high
+and verifying is cheap, short ones when verify cost grows with k, switches off (with a
+reason) when drafting cannot pay, and comes back after a probe once it can."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from runtime.errors import SettingsError
+from runtime.speculative.adaptive import DraftLengthController, expected_tokens
+
+MS = 1e-3
+
+
+def _run(ctrl: DraftLengthController, rounds: int, alpha: float, t_draft: float,
+         t_verify: Callable[[int], float], rng: np.random.Generator) -> list[int]:
+    """Drive the controller like the engine would; returns the k of every round."""
+    ks = []
+    for _ in range(rounds):
+        k = ctrl.next_k()
+        ks.append(k)
+        if k == 0:
+            ctrl.record_plain(t_verify(0))
+            continue
+        accepted = 0
+        while accepted < k and rng.random() < alpha:
+            accepted += 1
+        ctrl.record_round(drafted=k, accepted=accepted, t_draft=k * t_draft,
+                          t_verify=t_verify(k))
+    return ks
+
+
+def _mode(ks: list[int]) -> int:
+    return Counter(k for k in ks if k > 0).most_common(1)[0][0]
+
+
+def test_expected_tokens() -> None:
+    assert expected_tokens(0.8, 0) == pytest.approx(1.0)
+    assert expected_tokens(0.8, 4) == pytest.approx((1 - 0.8**5) / 0.2)
+    assert expected_tokens(1.0, 4) == 5.0
+    assert expected_tokens(0.0, 4) == 1.0
+
+
+def test_high_acceptance_and_flat_verify_drafts_long() -> None:
+    ctrl = DraftLengthController(k_max=8)
+    ks = _run(ctrl, 400, 0.9, 0.5 * MS, lambda k: 10 * MS, np.random.default_rng(1))
+    assert ctrl.state == "on" and ctrl.off_reason is None
+    assert _mode(ks[100:]) == 8
+    assert ctrl.alpha == pytest.approx(0.9, abs=0.1)
+
+
+def test_verify_cost_growing_with_k_shortens_the_draft() -> None:
+    # α = 0.9, t_draft 1 ms, t_verify = 10 + 4k ms: E/cost peaks at k = 3
+    ctrl = DraftLengthController(k_max=8)
+    ks = _run(ctrl, 400, 0.9, 1 * MS, lambda k: (10 + 4 * k) * MS, np.random.default_rng(2))
+    assert ctrl.state == "on"
+    assert _mode(ks[100:]) in (2, 3, 4)
+    assert ctrl.verify_cost(4) == pytest.approx(26 * MS, rel=0.05)  # the fitted line
+
+
+def test_low_acceptance_switches_off_with_a_reason() -> None:
+    ctrl = DraftLengthController(k_max=8)
+    ks = _run(ctrl, 300, 0.05, 2 * MS, lambda k: (10 + 2 * k) * MS, np.random.default_rng(3))
+    assert ctrl.state == "off"
+    assert ctrl.off_reason is not None and ctrl.off_reason.startswith("speculation off")
+    assert ks[-50:].count(0) == 50  # plain decoding while off
+
+
+def test_expensive_verify_switches_off_even_at_good_acceptance() -> None:
+    # verifying k drafts costs 2k + 1 plain steps: the model sees it after one round
+    ctrl = DraftLengthController(k_max=8)
+    rng = np.random.default_rng(4)
+
+    def verify(k: int) -> float:
+        return (10 + 20 * k) * MS
+
+    ks = _run(ctrl, 10, 0.7, 1 * MS, verify, rng)
+    assert ks[:3] == [4, 0, 0]  # a first guess, a timed plain step, then off
+    assert ctrl.state == "off"
+    assert "no draft length beats plain decoding" in (ctrl.off_reason or "")
+    ks = _run(ctrl, 300, 0.7, 1 * MS, verify, rng)
+    assert ctrl.state == "off"  # every probe measures it again and stays off
+    assert ks.count(0) > 250
+
+
+def test_comes_back_on_after_a_probe_when_conditions_improve() -> None:
+    ctrl = DraftLengthController(k_max=8, probe_after=32)
+    rng = np.random.default_rng(5)
+
+    def verify(k: int) -> float:
+        return (10 + k) * MS
+
+    _run(ctrl, 200, 0.02, 1 * MS, verify, rng)
+    assert ctrl.state == "off"
+    ks = _run(ctrl, 400, 0.95, 1 * MS, verify, rng)  # the text turned repetitive
+    assert ctrl.state == "on" and ctrl.off_reason is None
+    assert _mode(ks[-100:]) >= 5
+
+
+def test_measured_rate_below_plain_switches_off_and_probes_back_off() -> None:
+    ctrl = DraftLengthController(k_max=4, window=4, probe_after=8)
+    ctrl.record_plain(10 * MS)  # plain decoding: 100 tok/s
+    for _ in range(4):  # drafting: 1 token per 17 ms ≈ 59 tok/s
+        ctrl.record_round(drafted=1, accepted=0, t_draft=5 * MS, t_verify=12 * MS)
+    assert ctrl.state == "off"
+    assert ctrl.off_reason is not None
+    assert "58.8 tok/s with drafting is below 100.0 tok/s plain" in ctrl.off_reason
+    assert [ctrl.next_k() for _ in range(8)] == [0] * 8  # waits probe_after steps
+    assert ctrl.next_k() > 0 and ctrl.state == "probing"
+    for _ in range(4):  # the probe fails too: the next wait is twice as long
+        ctrl.record_round(drafted=1, accepted=0, t_draft=5 * MS, t_verify=12 * MS)
+    assert ctrl.state == "off"
+    assert "trying again in 16 steps" in (ctrl.off_reason or "")
+
+
+def test_plain_steps_are_timed_now_and_then_while_drafting() -> None:
+    ctrl = DraftLengthController(k_max=4, plain_every=10)
+    ks = _run(ctrl, 100, 0.9, 0.5 * MS, lambda k: 10 * MS, np.random.default_rng(6))
+    assert 8 <= ks.count(0) <= 12
+
+
+def test_fixed_k_is_kept_whatever_happens() -> None:
+    ctrl = DraftLengthController(k_max=8, fixed_k=3)
+    ks = _run(ctrl, 100, 0.0, 5 * MS, lambda k: (10 + 30 * k) * MS, np.random.default_rng(7))
+    assert set(ks) == {3} and ctrl.state == "on"
+
+
+def test_early_stop_and_validation() -> None:
+    ctrl = DraftLengthController(p_min=0.3)
+    assert ctrl.keep_drafting(0.31) and ctrl.keep_drafting(0.3)
+    assert not ctrl.keep_drafting(0.29)
+    with pytest.raises(SettingsError):
+        DraftLengthController(k_max=0)
+    with pytest.raises(SettingsError):
+        ctrl.record_round(drafted=2, accepted=3, t_draft=0.0, t_verify=0.0)
