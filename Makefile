@@ -35,8 +35,9 @@ test: lint pytest
 bench: $(STAMP) model
 	@echo "see benchmarks/README.md: each script takes the llama.cpp tool paths it compares against"
 
+# Under Xvfb when it is installed (apt-get install xvfb), so no display is needed.
 screenshots: $(STAMP) model
-	$(PY) -m app.screenshots docs/screenshots
+	$(if $(shell command -v xvfb-run),xvfb-run -a -s "-screen 0 1400x900x24") $(PY) -m app.screenshots docs/screenshots
 
 package: $(STAMP)
 	$(PY) -m pip install --quiet 'pyinstaller>=6.10'

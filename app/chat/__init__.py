@@ -1,0 +1,1 @@
+"""The Chat page: conversations, transcript, composer, model picker (see `page.ChatPage`)."""

@@ -1,0 +1,385 @@
+"""The chat's state and actions, without widgets: Send, Stop, Regenerate, Edit & resend,
+branches, per-conversation settings, saving as replies stream.
+
+Views call the actions and redraw on the signals; the controller talks to the engine through
+`EngineClient` and to disk through `ChatStore`. A reply's text is committed at least once a
+second while it streams (`SAVE_INTERVAL_MS`), so a crash of anything loses at most that.
+If the engine is not running when the user sends (it crashed, or was stopped), the controller
+asks the client to start it — which reloads the model the user wanted — and sends once it is
+ready; a failure on the way is shown on the reply, never inserted into its text.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from app.chat.conversation import DEFAULT_SAMPLING, Conversation, Message, MessageTree
+from app.engine_client import EngineClient, EngineState, ReplyStream
+from app.qt import QtCore, Signal
+from app.store import ChatStore
+from app.wire import ReplyDelta, ReplyError, ReplyFinished
+from runtime.events import SamplingParams
+
+SAVE_INTERVAL_MS = 500
+TITLE_LENGTH = 48
+INTERRUPTED = "Outrider closed while this reply was being written."
+
+
+@dataclass
+class _Generation:
+    """The reply being written now."""
+
+    message: Message
+    stream: ReplyStream | None = None
+    sent_at: float = 0.0
+    first_token_at: float | None = None
+    tokens: int = 0
+    dirty: bool = False
+
+
+class ChatController(QtCore.QObject):
+    """One open conversation and the reply being generated for it.
+
+    Signals:
+        conversation_opened(Conversation | None): another conversation is shown (or none).
+        transcript_changed(): the visible path changed (a message added, a branch switched).
+        message_changed(int): a message's text, status or footer changed (streaming).
+        busy_changed(bool): a reply is being generated (or waits for the engine).
+        conversations_changed(): titles/order/membership of the list changed.
+        step_received(StepStats): speculative statistics of the current reply.
+        reply_finished(Message): a reply ended (done, stopped or failed).
+    """
+
+    conversation_opened = Signal(object)
+    transcript_changed = Signal()
+    message_changed = Signal(int)
+    busy_changed = Signal(bool)
+    conversations_changed = Signal()
+    step_received = Signal(object)
+    reply_finished = Signal(object)
+
+    def __init__(self, store: ChatStore, client: EngineClient,
+                 parent: QtCore.QObject | None = None) -> None:
+        super().__init__(parent)
+        self.store = store  # the page's conversation list reads the same store
+        self._client = client
+        self.conversation: Conversation | None = None
+        self.tree = MessageTree()
+        self._generation: _Generation | None = None
+        self._save_timer = QtCore.QTimer(self, interval=SAVE_INTERVAL_MS)
+        self._save_timer.timeout.connect(self._save_progress)
+        client.state_changed.connect(self._on_engine_state)
+        client.problem.connect(self._on_engine_problem)
+
+    # -- queries -----------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self._generation is not None
+
+    @property
+    def generating_id(self) -> int | None:
+        return self._generation.message.id if self._generation else None
+
+    def path(self) -> list[Message]:
+        if self.conversation is None:
+            return []
+        return self.tree.path(self.conversation.current_leaf)
+
+    # -- conversations -----------------------------------------------------------------
+
+    def new_conversation(self) -> Conversation:
+        self.stop()
+        model = str(self._client.wanted.model_path) if self._client.wanted else ""
+        previous = self.conversation
+        conv = self.store.create_conversation(
+            model=model,
+            system_prompt=previous.system_prompt if previous else "",
+            sampling=previous.sampling if previous else DEFAULT_SAMPLING)
+        self._show(conv, MessageTree())
+        self.conversations_changed.emit()
+        return conv
+
+    def open(self, conversation_id: int) -> None:
+        if self.conversation is not None and self.conversation.id == conversation_id:
+            return
+        self.stop()
+        conv = self.store.conversation(conversation_id)
+        messages = self.store.messages(conversation_id)
+        for message in messages:
+            if message.status in ("streaming", "waiting"):
+                message.status, message.error = "error", INTERRUPTED
+                self.store.save_message(message)
+        self._show(conv, MessageTree(messages))
+
+    def close_conversation(self) -> None:
+        self.stop()
+        self._show(None, MessageTree())
+
+    def rename(self, conversation_id: int, title: str) -> None:
+        title = " ".join(title.split())[:200] or "Untitled"
+        conv = self._conv(conversation_id)
+        conv.title = title
+        self.store.save_conversation(conv)
+        if self.conversation is not None and conv.id == self.conversation.id:
+            self.conversation.title = title
+        self.conversations_changed.emit()
+
+    def delete(self, conversation_id: int) -> None:
+        if self.conversation is not None and self.conversation.id == conversation_id:
+            self.close_conversation()
+        self.store.delete_conversation(conversation_id)
+        self.conversations_changed.emit()
+
+    def set_system_prompt(self, text: str) -> None:
+        self._update_settings(system_prompt=text)
+
+    def set_sampling(self, sampling: SamplingParams) -> None:
+        self._update_settings(sampling=sampling)
+
+    def set_model(self, model_path: str) -> None:
+        self._update_settings(model=model_path)
+
+    def _update_settings(self, **changes: Any) -> None:
+        if self.conversation is None:
+            return
+        for key, value in changes.items():
+            setattr(self.conversation, key, value)
+        self.store.save_conversation(self.conversation)
+
+    def _conv(self, conversation_id: int) -> Conversation:
+        if self.conversation is not None and self.conversation.id == conversation_id:
+            return self.conversation
+        return self.store.conversation(conversation_id)
+
+    def _show(self, conv: Conversation | None, tree: MessageTree) -> None:
+        self.conversation, self.tree = conv, tree
+        self.conversation_opened.emit(conv)
+        self.transcript_changed.emit()
+
+    # -- actions -----------------------------------------------------------------------
+
+    def send(self, text: str) -> Message | None:
+        """Add the user's message at the end of the current path and start a reply."""
+        text = text.strip()
+        if not text or self.busy:
+            return None
+        conv = self.conversation or self.new_conversation()
+        path = self.path()
+        parent = path[-1].id if path else None
+        user = self.store.add_message(conv.id, parent, "user", text)
+        self.tree.add(user)
+        if not any(m.role == "user" for m in path):
+            conv.title = text.splitlines()[0][:TITLE_LENGTH]
+        self._start_reply(user)
+        return user
+
+    def edit_and_resend(self, user_message_id: int, text: str) -> Message | None:
+        """A new version of a user message (a sibling branch) and a reply to it."""
+        text = text.strip()
+        if not text or self.conversation is None:
+            return None
+        self.stop()
+        old = self.tree.get(user_message_id)
+        user = self.store.add_message(self.conversation.id, old.parent_id, "user", text)
+        self.tree.add(user)
+        self._start_reply(user)
+        return user
+
+    def regenerate(self, assistant_message_id: int | None = None) -> None:
+        """Another reply to the same user message, kept beside the earlier ones."""
+        if self.conversation is None:
+            return
+        self.stop()
+        path = self.path()
+        if assistant_message_id is None:
+            replies = [m for m in path if m.role == "assistant"]
+            if not replies:
+                return
+            assistant_message_id = replies[-1].id
+        parent_id = self.tree.get(assistant_message_id).parent_id
+        if parent_id is None:
+            return
+        self._start_reply(self.tree.get(parent_id))
+
+    def switch_branch(self, message_id: int, step: int) -> None:
+        if self.conversation is None or self.busy:
+            return
+        leaf = self.tree.switch(message_id, step)
+        if leaf is not None:
+            self.conversation.current_leaf = leaf
+            self.store.save_conversation(self.conversation)
+            self.transcript_changed.emit()
+
+    def stop(self) -> None:
+        """Stop the reply being written; its text so far is kept."""
+        gen = self._generation
+        if gen is None:
+            return
+        if gen.stream is not None:
+            gen.stream.cancel()  # → finished(cancelled) → _finish
+        else:
+            self._finish(gen, "stopped", None)
+
+    # -- generation --------------------------------------------------------------------
+
+    def _start_reply(self, user: Message) -> None:
+        conv = self.conversation
+        if conv is None:
+            return
+        reply = self.store.add_message(conv.id, user.id, "assistant", "", status="waiting")
+        self.tree.add(reply)
+        conv.current_leaf = reply.id
+        if self._client.wanted is not None:
+            conv.model = str(self._client.wanted.model_path)
+        self.store.save_conversation(conv)
+        self._generation = _Generation(reply)
+        self.transcript_changed.emit()
+        self.conversations_changed.emit()
+        self.busy_changed.emit(True)
+        self._save_timer.start()
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Send the waiting request, or get the engine ready for it."""
+        gen = self._generation
+        if gen is None or gen.stream is not None:
+            return
+        state = self._client.state
+        if state == EngineState.READY:
+            self._request(gen)
+        elif state in (EngineState.STOPPED, EngineState.CRASHED):
+            if self._client.wanted is None:
+                self._fail(gen, ReplyError("NoModelLoaded", "No model is loaded: pick one above."))
+            else:
+                self._client.start()
+        elif state == EngineState.NO_MODEL and self._client.wanted is None:
+            self._fail(gen, ReplyError("NoModelLoaded", "No model is loaded: pick one above."))
+        # STARTING / LOADING: _on_engine_state calls back when it changes.
+
+    def _request(self, gen: _Generation) -> None:
+        gen.message.status = "streaming"
+        gen.sent_at = time.perf_counter()
+        stream = self._client.chat(self._request_body(gen.message))
+        stream.delta.connect(self._on_delta)
+        stream.step.connect(self.step_received)
+        stream.finished.connect(self._on_finished)
+        stream.errored.connect(self._on_errored)
+        gen.stream = stream
+        self.message_changed.emit(gen.message.id)
+
+    def _request_body(self, reply: Message) -> dict[str, Any]:
+        conv = self.conversation
+        history = [m for m in self.tree.path(reply.id)[:-1] if m.content]
+        messages = [{"role": m.role, "content": m.content} for m in history]
+        system_prompt = conv.system_prompt if conv else ""
+        if system_prompt.strip():
+            messages.insert(0, {"role": "system", "content": system_prompt})
+        s = conv.sampling if conv else DEFAULT_SAMPLING
+        body: dict[str, Any] = {
+            "messages": messages, "max_tokens": s.max_tokens, "temperature": s.temperature,
+            "top_p": s.top_p, "top_k": s.top_k, "min_p": s.min_p,
+            "frequency_penalty": s.frequency_penalty, "presence_penalty": s.presence_penalty,
+            "repeat_penalty": s.repeat_penalty,
+        }
+        if s.seed is not None:
+            body["seed"] = s.seed
+        if s.stop:
+            body["stop"] = list(s.stop)
+        if self._client.model is not None:
+            body["model"] = self._client.model.name
+        return body
+
+    def _on_delta(self, delta: ReplyDelta) -> None:
+        gen = self._generation
+        if gen is None:
+            return
+        if gen.first_token_at is None:
+            gen.first_token_at = time.perf_counter()
+        gen.tokens += max(1, len(delta.token_ids))
+        gen.message.add_text(delta.text, delta.drafted)
+        gen.dirty = True
+        self.message_changed.emit(gen.message.id)
+
+    def _on_finished(self, result: ReplyFinished) -> None:
+        gen = self._generation
+        if gen is not None:
+            self._finish(gen, "stopped" if result.reason == "cancelled" else "done", result)
+
+    def _on_errored(self, error: ReplyError) -> None:
+        if self._generation is not None:
+            self._fail(self._generation, error)
+
+    def _fail(self, gen: _Generation, error: ReplyError) -> None:
+        message = error.message
+        if error.kind == "ConnectionLost":
+            message = "The engine stopped while replying. Send again to restart it."
+        gen.message.error = message
+        self._finish(gen, "error", None)
+
+    def _finish(self, gen: _Generation, status: str, result: ReplyFinished | None) -> None:
+        self._generation = None
+        self._save_timer.stop()
+        message = gen.message
+        message.status = status  # type: ignore[assignment]
+        message.stats = self._footer(gen, result)
+        self.store.save_message(message)
+        if self.conversation is not None and self.conversation.id == message.conversation_id:
+            self.store.save_conversation(self.conversation)
+        self.message_changed.emit(message.id)
+        self.busy_changed.emit(False)
+        self.reply_finished.emit(message)
+
+    def _footer(self, gen: _Generation, result: ReplyFinished | None) -> dict[str, Any]:
+        stats: dict[str, Any] = {"tokens": gen.tokens}
+        if gen.first_token_at is not None and gen.sent_at:
+            stats["ttft_s"] = gen.first_token_at - gen.sent_at
+        if result is not None:
+            stats["finish"] = result.reason
+            if result.usage is not None:
+                stats["tokens"] = result.usage.completion_tokens
+                stats["prompt_tokens"] = result.usage.prompt_tokens
+                stats["cached_tokens"] = result.usage.cached_tokens
+            if result.timings is not None:
+                stats["ttft_s"] = result.timings.ttft_s
+                stats["tokens_per_s"] = result.timings.decode_tokens_per_s
+                stats["prefill_tokens_per_s"] = result.timings.prefill_tokens_per_s
+            if result.speculative is not None:
+                stats["drafted"] = result.speculative.drafted
+                stats["accepted"] = result.speculative.accepted
+                stats["acceptance_rate"] = result.speculative.acceptance_rate
+                stats["measured_speedup"] = result.speculative.measured_speedup
+        if "tokens_per_s" not in stats and gen.first_token_at is not None and gen.tokens > 1:
+            elapsed = time.perf_counter() - gen.first_token_at
+            if elapsed > 0:
+                stats["tokens_per_s"] = (gen.tokens - 1) / elapsed
+        return stats
+
+    def _save_progress(self) -> None:
+        gen = self._generation
+        if gen is not None and gen.dirty:
+            gen.dirty = False
+            self.store.save_message(gen.message)
+
+    # -- engine events -----------------------------------------------------------------
+
+    def _on_engine_state(self, state: EngineState) -> None:
+        gen = self._generation
+        if gen is None or gen.stream is not None:
+            return
+        if state == EngineState.READY:
+            self._request(gen)
+        elif state == EngineState.NO_MODEL and self._client.wanted is None:
+            self._fail(gen, ReplyError("NoModelLoaded", "No model is loaded: pick one above."))
+
+    def _on_engine_problem(self, error: ReplyError) -> None:
+        gen = self._generation
+        if gen is not None and gen.stream is None:
+            self._fail(gen, error)
+
+
+def copy_sampling(sampling: SamplingParams, **changes: Any) -> SamplingParams:
+    """A validated copy with some fields changed (raises SettingsError on bad values)."""
+    return replace(sampling, **changes)

@@ -1,0 +1,106 @@
+"""Export a conversation: Markdown (the visible path, for reading) or JSON (every branch,
+for tools). Pure functions over the plain conversation objects.
+
+    >>> conv = Conversation(1, "Hi", 0.0, 0.0, system_prompt="Be brief.")
+    >>> tree = MessageTree([Message(1, 1, None, "user", "Hello", 0.0),
+    ...                     Message(2, 1, 1, "assistant", "Hi!", 0.0)])
+    >>> print(to_markdown(conv, tree.path(2)))
+    # Hi
+    <BLANKLINE>
+    > **System:** Be brief.
+    <BLANKLINE>
+    ## You
+    <BLANKLINE>
+    Hello
+    <BLANKLINE>
+    ## Assistant
+    <BLANKLINE>
+    Hi!
+    <BLANKLINE>
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from app.chat.conversation import Conversation, Message, MessageTree
+
+FORMAT_VERSION = 1
+
+
+def to_markdown(conv: Conversation, path: list[Message]) -> str:
+    lines = [f"# {conv.title}", ""]
+    if conv.system_prompt.strip():
+        quoted = "\n> ".join(conv.system_prompt.strip().splitlines())
+        lines += [f"> **System:** {quoted}", ""]
+    for message in path:
+        lines += ["## You" if message.role == "user" else "## Assistant", ""]
+        lines += [message.content.rstrip(), ""]
+        if message.error:
+            lines += [f"*Error: {message.error}*", ""]
+        footer = footer_text(message.stats)
+        if footer:
+            lines += [f"*{footer}*", ""]
+    return "\n".join(lines)
+
+
+def to_json(conv: Conversation, tree: MessageTree) -> dict[str, Any]:
+    """Every message (all branches) with its parent, plus the path shown when exported."""
+    return {
+        "format": "outrider-chat", "version": FORMAT_VERSION,
+        "title": conv.title, "created": conv.created, "updated": conv.updated,
+        "system_prompt": conv.system_prompt, "model": conv.model,
+        "sampling": conv.sampling_dict(),
+        "current_path": [m.id for m in tree.path(conv.current_leaf)],
+        "messages": [
+            {"id": m.id, "parent_id": m.parent_id, "role": m.role, "content": m.content,
+             "created": m.created, "status": m.status, "error": m.error, "stats": m.stats,
+             "draft_spans": m.draft_spans}
+            for m in tree.all()
+        ],
+    }
+
+
+def footer_text(stats: dict[str, Any]) -> str:
+    """The reply footer: tokens · tok/s · TTFT · acceptance (accepted/drafted).
+
+    >>> footer_text({"tokens": 42, "tokens_per_s": 35.06, "ttft_s": 0.213,
+    ...              "acceptance_rate": 0.62, "drafted": 50, "accepted": 31})
+    '42 tokens · 35.1 tok/s · TTFT 0.21 s · acceptance 62% (31/50 drafted)'
+    """
+    parts: list[str] = []
+    if "tokens" in stats:
+        parts.append(f"{stats['tokens']} tokens")
+    if stats.get("tokens_per_s"):
+        parts.append(f"{stats['tokens_per_s']:.1f} tok/s")
+    if stats.get("ttft_s") is not None:
+        parts.append(f"TTFT {stats['ttft_s']:.2f} s")
+    if stats.get("drafted"):
+        parts.append(f"acceptance {stats.get('acceptance_rate', 0.0):.0%} "
+                     f"({stats.get('accepted', 0)}/{stats['drafted']} drafted)")
+    return " · ".join(parts)
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write via a temporary file in the same folder, so a failed export leaves no half file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".export-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def export_conversation(conv: Conversation, tree: MessageTree, path: Path) -> None:
+    """Write `path` as JSON when it ends in .json, else as Markdown."""
+    if path.suffix.lower() == ".json":
+        text = json.dumps(to_json(conv, tree), indent=2, ensure_ascii=False) + "\n"
+    else:
+        text = to_markdown(conv, tree.path(conv.current_leaf))
+    write_text_atomically(path, text)

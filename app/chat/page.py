@@ -1,0 +1,206 @@
+"""The Chat page: conversation list | header (title, model picker, actions), settings drawer,
+transcript and composer. Wiring only: state and actions live in `ChatController`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.chat.composer import Composer
+from app.chat.controller import ChatController
+from app.chat.conversation import Conversation
+from app.chat.conversation_list import ConversationListModel, ConversationPane
+from app.chat.export import export_conversation
+from app.chat.model_picker import ModelPicker
+from app.chat.settings_panel import ConversationSettings
+from app.chat.transcript import TranscriptView
+from app.qt import Qt, QtWidgets, Signal
+from app.theme import Palette
+from app.widgets import ElidedLabel
+
+
+class ChatPage(QtWidgets.QWidget):
+    """Signals:
+        open_log_requested(): show the engine's log (an error banner's link).
+        message(str): a short notice for the status bar.
+    """
+
+    open_log_requested = Signal()
+    message = Signal(str)
+
+    def __init__(self, controller: ChatController, picker: ModelPicker, palette: Palette,
+                 parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.controller = controller
+        self.picker = picker
+        self.list_model = ConversationListModel(controller.store, self)
+        self.pane = ConversationPane(self.list_model)
+        self.transcript = TranscriptView(palette)
+        self.composer = Composer()
+        self.settings = ConversationSettings()
+        self.settings.hide()
+
+        header = QtWidgets.QFrame()
+        header.setObjectName("chatHeader")
+        top = QtWidgets.QVBoxLayout(header)
+        top.setContentsMargins(20, 10, 20, 10)
+        top.setSpacing(8)
+        row = QtWidgets.QHBoxLayout()
+        self.title = ElidedLabel("New chat")
+        self.title.setObjectName("pageTitle")
+        row.addWidget(self.title, 1)
+        self.drafts_button = self._toggle("Draft tokens", "Tint text that came from accepted "
+                                          "draft tokens (speculative decoding)")
+        self.drafts_button.toggled.connect(self.transcript.set_highlight_drafts)
+        self.settings_button = self._toggle("Chat settings", "System prompt and sampling for "
+                                            "this conversation")
+        self.settings_button.toggled.connect(self.settings.setVisible)
+        self.export_button = QtWidgets.QToolButton()
+        self.export_button.setText("Export ▾")
+        self.export_button.setPopupMode(QtWidgets.QToolButton.ToolButtonPopupMode.InstantPopup)
+        menu = QtWidgets.QMenu(self.export_button)
+        menu.addAction("Markdown…", lambda: self._export_dialog("md"))
+        menu.addAction("JSON…", lambda: self._export_dialog("json"))
+        self.export_button.setMenu(menu)
+        for button in (self.drafts_button, self.settings_button, self.export_button):
+            row.addWidget(button)
+        top.addLayout(row)
+        top.addWidget(picker)
+
+        right = QtWidgets.QWidget()
+        column = QtWidgets.QVBoxLayout(right)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(header)
+        drawer = QtWidgets.QWidget()
+        drawer_layout = QtWidgets.QVBoxLayout(drawer)
+        drawer_layout.setContentsMargins(20, 8, 20, 0)
+        drawer_layout.addWidget(self.settings)
+        column.addWidget(drawer)
+        column.addWidget(self.transcript, 1)
+        column.addWidget(self.composer)
+
+        self.splitter = QtWidgets.QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setHandleWidth(1)
+        self.splitter.addWidget(self.pane)
+        self.splitter.addWidget(right)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([240, 900])
+        self.pane.setMinimumWidth(180)
+        layout = QtWidgets.QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.splitter)
+        self._connect()
+        self.list_model.reload()
+
+    def _toggle(self, text: str, tip: str) -> QtWidgets.QToolButton:
+        button = QtWidgets.QToolButton()
+        button.setText(text)
+        button.setToolTip(tip)
+        button.setCheckable(True)
+        return button
+
+    def _connect(self) -> None:
+        c = self.controller
+        pane, composer, transcript = self.pane, self.composer, self.transcript
+        pane.new_requested.connect(self.new_chat)
+        pane.open_requested.connect(c.open)
+        pane.delete_requested.connect(self._confirm_delete)
+        pane.export_requested.connect(self._export_other)
+        self.list_model.renamed.connect(c.rename)
+        c.conversations_changed.connect(self._on_conversations_changed)
+        c.conversation_opened.connect(self._on_opened)
+        c.transcript_changed.connect(self._on_transcript_changed)
+        c.message_changed.connect(transcript.message_changed)
+        c.busy_changed.connect(composer.set_busy)
+        c.busy_changed.connect(transcript.set_busy)
+        composer.submitted.connect(self._send)
+        composer.edit_submitted.connect(c.edit_and_resend)
+        composer.stop_requested.connect(c.stop)
+        transcript.edit_requested.connect(self._start_edit)
+        transcript.regenerate_requested.connect(c.regenerate)
+        transcript.branch_requested.connect(c.switch_branch)
+        transcript.open_log_requested.connect(self.open_log_requested)
+        self.settings.system_prompt_changed.connect(c.set_system_prompt)
+        self.settings.sampling_changed.connect(c.set_sampling)
+        self.settings.problem.connect(self.message)
+        self.picker.model_chosen.connect(c.set_model)
+
+    # -- actions -----------------------------------------------------------------------
+
+    def new_chat(self) -> None:
+        self.controller.new_conversation()
+        self.composer.input.setFocus()
+
+    def focus_search(self) -> None:
+        self.pane.search.setFocus()
+        self.pane.search.selectAll()
+
+    def stop_or_cancel(self) -> None:
+        if self.controller.busy:
+            self.controller.stop()
+        else:
+            self.composer.cancel_edit()
+
+    def export_to(self, path: Path) -> None:
+        conv = self.controller.conversation
+        if conv is not None:
+            export_conversation(conv, self.controller.tree, path)
+            self.message.emit(f"Exported to {path}")
+
+    def set_palette(self, palette: Palette) -> None:
+        self.transcript.set_palette(palette)
+
+    def _send(self, text: str) -> None:
+        self.settings.flush()
+        self.controller.send(text)
+
+    def _start_edit(self, message_id: int) -> None:
+        self.composer.start_edit(message_id, self.controller.tree.get(message_id).content)
+
+    def _export_dialog(self, kind: str) -> None:
+        conv = self.controller.conversation
+        if conv is None:
+            return
+        name = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in conv.title).strip()
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(
+            self, "Export conversation", f"{name or 'chat'}.{kind}",
+            "JSON (*.json)" if kind == "json" else "Markdown (*.md)")
+        if path:
+            self.export_to(Path(path))
+
+    def _export_other(self, conversation_id: int) -> None:
+        self.controller.open(conversation_id)
+        self._export_dialog("md")
+
+    def _confirm_delete(self, conversation_id: int) -> None:
+        box = QtWidgets.QMessageBox(self)
+        box.setWindowTitle("Delete chat")
+        box.setText("Delete this chat and all its branches? This cannot be undone.")
+        box.setStandardButtons(QtWidgets.QMessageBox.StandardButton.Yes
+                               | QtWidgets.QMessageBox.StandardButton.Cancel)
+        box.finished.connect(lambda result: self.controller.delete(conversation_id)
+                             if result == QtWidgets.QMessageBox.StandardButton.Yes else None)
+        box.open()
+
+    # -- controller signals ------------------------------------------------------------
+
+    def _on_conversations_changed(self) -> None:
+        self.list_model.reload()
+        conv = self.controller.conversation
+        self.pane.select(conv.id if conv else None)
+        if conv is not None:
+            self.title.setText(conv.title)
+
+    def _on_opened(self, conv: Conversation | None) -> None:
+        self.title.setText(conv.title if conv else "New chat")
+        self.settings.show_conversation(conv)
+        self.pane.select(conv.id if conv else None)
+        self.composer.cancel_edit()
+        if conv is not None and conv.model:
+            self.picker.select(conv.model)
+
+    def _on_transcript_changed(self) -> None:
+        c = self.controller
+        self.transcript.set_path(c.path(), c.tree, c.busy)

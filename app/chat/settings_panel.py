@@ -1,0 +1,128 @@
+"""Per-conversation settings: system prompt and sampling, shown in a drawer under the header.
+
+Values are validated by `SamplingParams` itself; a change is applied when the user leaves
+the field (or after a short pause while typing the system prompt).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from app.chat.conversation import DEFAULT_SAMPLING, Conversation
+from app.qt import QtCore, QtWidgets, Signal
+from runtime.errors import SettingsError
+from runtime.events import SamplingParams
+
+
+class ConversationSettings(QtWidgets.QFrame):
+    """Signals:
+        system_prompt_changed(str)
+        sampling_changed(SamplingParams)
+        problem(str): a value was refused (the message says why).
+    """
+
+    system_prompt_changed = Signal(str)
+    sampling_changed = Signal(object)
+    problem = Signal(str)
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("card")
+        self._sampling = DEFAULT_SAMPLING
+        self._loading = False
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.setContentsMargins(14, 10, 14, 12)
+        layout.setSpacing(6)
+
+        prompt_label = QtWidgets.QLabel("System prompt")
+        prompt_label.setObjectName("muted")
+        layout.addWidget(prompt_label)
+        self.system_prompt = QtWidgets.QPlainTextEdit()
+        self.system_prompt.setPlaceholderText("e.g. You are a concise assistant.")
+        self.system_prompt.setFixedHeight(58)
+        self._prompt_timer = QtCore.QTimer(self, singleShot=True, interval=400)
+        self._prompt_timer.timeout.connect(
+            lambda: self.system_prompt_changed.emit(self.system_prompt.toPlainText()))
+        self.system_prompt.textChanged.connect(self._on_prompt_edited)
+        layout.addWidget(self.system_prompt)
+
+        self.temperature = self._double(0.0, 5.0, 0.05, 2)
+        self.top_p = self._double(0.01, 1.0, 0.01, 2)
+        self.min_p = self._double(0.0, 0.99, 0.01, 2)
+        self.top_k = self._int(0, 1000)
+        self.max_tokens = self._int(1, 32768)
+        self.seed = self._int(-1, 2**31 - 1)
+        self.seed.setSpecialValueText("random")
+        grid = QtWidgets.QGridLayout()
+        grid.setHorizontalSpacing(10)
+        grid.setVerticalSpacing(6)
+        fields = (("Temperature", self.temperature), ("Top-p", self.top_p),
+                  ("Min-p", self.min_p), ("Top-k", self.top_k),
+                  ("Max tokens", self.max_tokens), ("Seed", self.seed))
+        for i, (name, box) in enumerate(fields):
+            label = QtWidgets.QLabel(name)
+            label.setObjectName("muted")
+            box.setFixedWidth(96)
+            grid.addWidget(label, i // 3, (i % 3) * 2)
+            grid.addWidget(box, i // 3, (i % 3) * 2 + 1)
+        grid.setColumnStretch(6, 1)
+        layout.addLayout(grid)
+
+    def _double(self, low: float, high: float, step: float, decimals: int) -> QtWidgets.QDoubleSpinBox:
+        box = QtWidgets.QDoubleSpinBox()
+        box.setRange(low, high)
+        box.setSingleStep(step)
+        box.setDecimals(decimals)
+        box.editingFinished.connect(self._on_sampling_edited)
+        box.valueChanged.connect(lambda _: self._on_sampling_edited())
+        return box
+
+    def _int(self, low: int, high: int) -> QtWidgets.QSpinBox:
+        box = QtWidgets.QSpinBox()
+        box.setRange(low, high)
+        box.valueChanged.connect(lambda _: self._on_sampling_edited())
+        return box
+
+    def show_conversation(self, conv: Conversation | None) -> None:
+        self._loading = True
+        try:
+            sampling = conv.sampling if conv else DEFAULT_SAMPLING
+            self._sampling = sampling
+            self.system_prompt.setPlainText(conv.system_prompt if conv else "")
+            self.temperature.setValue(sampling.temperature)
+            self.top_p.setValue(sampling.top_p)
+            self.min_p.setValue(sampling.min_p)
+            self.top_k.setValue(sampling.top_k)
+            self.max_tokens.setValue(sampling.max_tokens)
+            self.seed.setValue(-1 if sampling.seed is None else sampling.seed)
+        finally:
+            self._loading = False
+
+    def sampling(self) -> SamplingParams:
+        seed = self.seed.value()
+        return replace(self._sampling, temperature=self.temperature.value(),
+                       top_p=self.top_p.value(), min_p=self.min_p.value(),
+                       top_k=self.top_k.value(), max_tokens=self.max_tokens.value(),
+                       seed=None if seed < 0 else seed)
+
+    def _on_prompt_edited(self) -> None:
+        if not self._loading:
+            self._prompt_timer.start()
+
+    def _on_sampling_edited(self) -> None:
+        if self._loading:
+            return
+        try:
+            sampling = self.sampling()
+        except SettingsError as exc:
+            self.problem.emit(str(exc))
+            return
+        if sampling != self._sampling:
+            self._sampling = sampling
+            self.sampling_changed.emit(sampling)
+
+    def flush(self) -> None:
+        """Apply a pending system-prompt edit now (before sending)."""
+        if self._prompt_timer.isActive():
+            self._prompt_timer.stop()
+            self.system_prompt_changed.emit(self.system_prompt.toPlainText())

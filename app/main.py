@@ -1,0 +1,117 @@
+"""Start the desktop app: `outrider` (no subcommand), `outrider-app`, `python -m app.main`.
+
+    outrider-app                     # opens the window; loads the default model if present
+    outrider-app --model FILE.gguf   # loads that model instead
+    outrider-app --no-model          # loads nothing (first-run page if the library is empty)
+    outrider --self-test             # offscreen check: load, generate, open/close, exit 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from runtime.default_model import SMOLLM2
+from runtime.paths import UserDirs, user_dirs
+from runtime.settings import LoadSettings
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="outrider-app", description="Outrider desktop app")
+    parser.add_argument("--model", type=Path, help="GGUF file to load at start")
+    parser.add_argument("--no-model", action="store_true", help="start without loading a model")
+    parser.add_argument("--self-test", action="store_true",
+                        help="offscreen: load the default model, generate, open and close the window")
+    return parser.parse_args(list(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.self_test:
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+        with tempfile.TemporaryDirectory(prefix="outrider-self-test-") as tmp:
+            root = Path(tmp)
+            dirs = UserDirs(root / "data", root / "config", root / "cache", root / "state")
+            return _run(args, dirs)
+    return _run(args, user_dirs())
+
+
+def _run(args: argparse.Namespace, dirs: UserDirs) -> int:
+    # Qt is imported here, not at module level: `outrider --version` must stay fast.
+    from app.crash import CrashReporter
+    from app.engine_client import EngineClient
+    from app.qt import QtWidgets
+    from app.store import ChatStore
+    from app.theme import apply_theme, system_palette
+    from app.window import MainWindow
+
+    reporter = CrashReporter(dirs.crash_reports)
+    earlier_crashes = reporter.install()
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])
+    if not isinstance(app, QtWidgets.QApplication):
+        raise RuntimeError("another kind of Qt application is already running in this process")
+    app.setApplicationName("Outrider")
+    app.setDesktopFileName("outrider")
+    palette = system_palette(app)
+    apply_theme(app, palette)
+    store = ChatStore(dirs.chats_db)
+    client = EngineClient(log_dir=dirs.logs)
+    library_default = user_dirs().models / SMOLLM2.library_path
+    window = MainWindow(client, store, dirs, palette, default_model=library_default)
+    try:
+        if args.self_test:
+            from app.self_test import run_self_test
+
+            return run_self_test(app, window, _self_test_model(args))
+        reporter.on_exception = lambda path, line: _notify_error(window, path, line)
+        window.show()
+        if earlier_crashes:
+            _show_crash_reports(window, earlier_crashes)
+        model = args.model or (library_default if library_default.is_file() else None)
+        if model is not None and not args.no_model:
+            window.load_model(LoadSettings(model_path=model.expanduser().resolve()))
+        else:
+            window.offer_first_run()
+        return int(app.exec())
+    finally:
+        window.close()
+        store.close()
+        reporter.uninstall()
+
+
+def _self_test_model(args: argparse.Namespace) -> Path:
+    if args.model is not None:
+        return Path(args.model)
+    from runtime.default_model import default_model_path
+
+    return default_model_path()  # fetched (and checksum-verified) if missing
+
+
+def _notify_error(window: object, path: Path, line: str) -> None:
+    from app.qt import QtWidgets
+
+    if isinstance(window, QtWidgets.QMainWindow):
+        window.statusBar().showMessage(f"Internal error: {line} (report saved to {path})", 20000)
+
+
+def _show_crash_reports(window: object, reports: list[Path]) -> None:
+    from app.crash import read_report
+    from app.qt import QtWidgets
+
+    if not isinstance(window, QtWidgets.QWidget):
+        return
+    box = QtWidgets.QMessageBox(window)
+    box.setIcon(QtWidgets.QMessageBox.Icon.Warning)
+    box.setWindowTitle("Outrider closed unexpectedly")
+    box.setText("Outrider crashed the last time it ran. Your chats were saved as they streamed.")
+    box.setInformativeText(f"The report is kept in {reports[-1]}")
+    box.setDetailedText(read_report(reports[-1]))
+    box.open()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The other pages of the main window: Server, first run, and placeholders."""

@@ -1,0 +1,1 @@
+"""Live panels in a dock: Memory, Speed, Speculative (see `dock.LivePanels`)."""

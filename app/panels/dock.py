@@ -1,0 +1,71 @@
+"""The dock of live panels (Memory, Speed, Speculative), fed by the engine client and the
+chat controller. Built after the window's first paint: pyqtgraph takes ~0.5 s to import, and
+the window should appear before that."""
+
+from __future__ import annotations
+
+from app.chat.conversation import Message
+from app.panels.memory import MemoryPanel
+from app.panels.speculative import SpeculativePanel
+from app.panels.speed import SpeedPanel
+from app.qt import Qt, QtWidgets
+from app.theme import Palette
+from app.wire import MetricsSnapshot, ModelInfo
+from runtime.events import StepStats
+
+
+class LivePanels(QtWidgets.QDockWidget):
+    """Attributes:
+        memory, speed, speculative: the three panels.
+        snapshots: how many metrics snapshots arrived (for tests and the status bar).
+    """
+
+    def __init__(self, palette: Palette, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__("Live", parent)
+        self.setObjectName("livePanels")
+        self.setAllowedAreas(Qt.DockWidgetArea.RightDockWidgetArea
+                             | Qt.DockWidgetArea.LeftDockWidgetArea
+                             | Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.memory = MemoryPanel(palette)
+        self.speed = SpeedPanel(palette)
+        self.speculative = SpeculativePanel(palette)
+        inner = QtWidgets.QWidget()
+        layout = QtWidgets.QVBoxLayout(inner)
+        layout.setContentsMargins(8, 4, 8, 8)
+        layout.setSpacing(8)
+        for panel in (self.memory, self.speed, self.speculative):
+            layout.addWidget(panel)
+        layout.addStretch(1)
+        scroll = QtWidgets.QScrollArea()
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
+        scroll.setWidget(inner)
+        self.setWidget(scroll)
+        self.setMinimumWidth(340)
+        self.snapshots = 0
+
+    def on_metrics(self, snapshot: MetricsSnapshot) -> None:
+        self.snapshots += 1
+        self.memory.update_metrics(snapshot)
+        self.speed.update_metrics(snapshot)
+        self.speculative.update_metrics(snapshot)
+
+    def set_palette(self, palette: Palette) -> None:
+        for panel in (self.memory, self.speed, self.speculative):
+            panel.set_palette(palette)
+
+    def on_model(self, model: ModelInfo | None) -> None:
+        self.speculative.set_model(model)
+
+    def on_step(self, step: StepStats) -> None:
+        self.speculative.update_step(step)
+
+    def on_busy(self, busy: bool) -> None:
+        if busy:
+            self.speculative.reset_reply()
+        else:
+            self.speculative.flush()
+
+    def on_reply_finished(self, message: Message) -> None:
+        self.speed.update_reply(message.stats)

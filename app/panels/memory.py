@@ -1,0 +1,110 @@
+"""Memory panel: per device, planned weights / KV cache / compute stacked beside what is used,
+and a time plot of used memory.
+
+"Used" is the engine process's resident memory on the CPU (the part of RAM that is ours) and
+the device's used memory on a GPU (NVML cannot attribute it to a process everywhere). On Apple
+silicon the GPU shares RAM, so the CPU bar holds both.
+"""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+
+from app.panels.base import MIB, PLOT_HEIGHT, Panel, fmt_bytes
+from app.qt import QtWidgets
+from app.theme import Palette
+from app.wire import DeviceMemory, MetricsSnapshot
+
+BAR = 0.32
+
+
+def used_bytes(device: DeviceMemory, snapshot: MetricsSnapshot) -> int:
+    return snapshot.engine_rss_bytes if device.kind == "cpu" else device.used_bytes
+
+
+class MemoryPanel(Panel):
+    """Attributes:
+        bars: pyqtgraph BarGraphItems: "weights", "kv", "compute" (planned) and "used".
+    """
+
+    def __init__(self, palette: Palette, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__("Memory", palette, parent)
+        self.add_value("planned", "Planned")
+        self.add_value("used", "Used")
+        self.add_value("kv_cells", "KV cells")
+        self.add_value("free", "Free", wide=True)
+        self.chart = pg.PlotWidget(background=palette.surface)
+        self.chart.setFixedHeight(PLOT_HEIGHT)
+        self.chart.setMenuEnabled(False)
+        self.chart.setMouseEnabled(x=False, y=False)
+        self.chart.hideButtons()
+        self.chart.setLabel("left", "MiB")
+        for axis in ("left", "bottom"):
+            self.chart.getAxis(axis).setTextPen(palette.muted)
+            self.chart.getAxis(axis).setPen(palette.border)
+        colors = {"weights": palette.plot[0], "kv": palette.plot[1], "compute": palette.plot[3],
+                  "used": palette.plot[2]}
+        names = {"weights": "weights", "kv": "KV", "compute": "compute", "used": "used"}
+        self.bars: dict[str, pg.BarGraphItem] = {}
+        for key, color in colors.items():
+            item = pg.BarGraphItem(x=[], height=[], width=BAR, brush=color, pen=None)
+            self.chart.addItem(item)
+            self.bars[key] = item
+        self._layout.addWidget(self.chart)
+        # A rich-text legend under the chart: pyqtgraph's legend would cover the bars.
+        legend = QtWidgets.QLabel()
+        legend.setObjectName("muted")
+        legend.setWordWrap(True)
+        legend.setText(" &nbsp;".join(
+            f"<span style='color:{colors[k]};'>■</span> {names[k]}"
+            for k in ("weights", "kv", "compute"))
+            + f" (planned) &nbsp;<span style='color:{colors['used']};'>■</span> used")
+        self._layout.addWidget(legend)
+        self.plot.setLabel("left", "MiB")
+        self.add_curve("rss", "engine RAM", 2)
+        self.finish_layout()
+        self._gpu_keys: list[str] = []
+
+    def plots(self) -> list[pg.PlotWidget]:
+        return [self.chart, self.plot]
+
+    def update_metrics(self, snapshot: MetricsSnapshot) -> None:
+        devices = snapshot.devices
+        xs = list(range(len(devices)))
+        planned_x = [x - BAR / 2 - 0.02 for x in xs]
+        weights = [d.planned_weights / MIB for d in devices]
+        kv = [d.planned_kv / MIB for d in devices]
+        compute = [d.planned_compute / MIB for d in devices]
+        self.bars["weights"].setOpts(x=planned_x, height=weights, y0=[0] * len(xs))
+        self.bars["kv"].setOpts(x=planned_x, height=kv, y0=weights)
+        self.bars["compute"].setOpts(x=planned_x, height=compute,
+                                     y0=[w + k for w, k in zip(weights, kv, strict=True)])
+        self.bars["used"].setOpts(x=[x + BAR / 2 + 0.02 for x in xs],
+                                  height=[used_bytes(d, snapshot) / MIB for d in devices],
+                                  y0=[0] * len(xs))
+        self.chart.getAxis("bottom").setTicks([[(x, _short(d.name)) for x, d in zip(xs, devices, strict=True)]])
+        self.chart.setXRange(-0.6, max(0.6, len(xs) - 0.4), padding=0)
+
+        planned = sum(d.planned_bytes for d in devices)
+        used = sum(used_bytes(d, snapshot) for d in devices)
+        self.set_value("planned", fmt_bytes(planned) if planned else "no model")
+        self.set_value("used", fmt_bytes(used))
+        self.set_value("free", " · ".join(f"{d.id} {fmt_bytes(d.free_bytes)}" for d in devices) or "–")
+        cells = f"{snapshot.kv_cells_used:,} / {snapshot.kv_cells_total:,}" \
+            if snapshot.kv_cells_total else "–"
+        self.set_value("kv_cells", cells)
+
+        self.record("rss", snapshot.time, snapshot.engine_rss_bytes / MIB)
+        for device in devices:
+            if device.kind == "cpu":
+                continue
+            key = f"gpu:{device.id}"
+            if key not in self.curves:
+                self.add_curve(key, device.name, 1 + len(self._gpu_keys))
+                self._gpu_keys.append(key)
+            self.record(key, snapshot.time, device.used_bytes / MIB)
+        self.redraw(snapshot.time)
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= 18 else name[:17] + "…"

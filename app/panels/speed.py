@@ -1,0 +1,39 @@
+"""Speed panel: decode and prefill tokens per second over time, and the last reply's time to
+first token (from the reply's own timings, which the engine measures from request to token)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.panels.base import Panel
+from app.qt import QtWidgets
+from app.theme import Palette
+from app.wire import MetricsSnapshot
+
+
+class SpeedPanel(Panel):
+    def __init__(self, palette: Palette, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__("Speed", palette, parent)
+        self.add_value("decode", "Decode")
+        self.add_value("prefill", "Prefill")
+        self.add_value("ttft", "Last TTFT")
+        self.add_value("sequences", "Sequences")
+        self.plot.setLabel("left", "tok/s")
+        self.add_curve("decode", "decode", 0)
+        self.add_curve("prefill", "prefill", 1)
+        self.finish_layout()
+
+    def update_metrics(self, snapshot: MetricsSnapshot) -> None:
+        self.set_value("decode", f"{snapshot.decode_tokens_per_s:,.1f} tok/s")
+        self.set_value("prefill", f"{snapshot.prefill_tokens_per_s:,.1f} tok/s")
+        waiting = f" (+{snapshot.waiting_sequences} waiting)" if snapshot.waiting_sequences else ""
+        self.set_value("sequences", f"{snapshot.active_sequences} active{waiting}")
+        self.record("decode", snapshot.time, snapshot.decode_tokens_per_s)
+        self.record("prefill", snapshot.time, snapshot.prefill_tokens_per_s)
+        self.redraw(snapshot.time)
+
+    def update_reply(self, stats: dict[str, Any]) -> None:
+        """A reply finished: show its time to first token."""
+        ttft = stats.get("ttft_s")
+        if ttft is not None:
+            self.set_value("ttft", f"{ttft * 1000:,.0f} ms" if ttft < 1 else f"{ttft:.2f} s")

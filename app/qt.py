@@ -1,0 +1,14 @@
+"""The one module through which the app imports Qt (as qutebrowser's `qutebrowser.qt`).
+
+Keeping every Qt import here makes the binding a single decision (PySide6) and gives one
+place to adapt to API differences between Qt versions.
+
+    from app.qt import QtCore, QtWidgets, Signal, Slot, Qt
+"""
+
+from __future__ import annotations
+
+from PySide6 import QtCore, QtGui, QtNetwork, QtWidgets
+from PySide6.QtCore import Qt, Signal, Slot
+
+__all__ = ["Qt", "QtCore", "QtGui", "QtNetwork", "QtWidgets", "Signal", "Slot"]

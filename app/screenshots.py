@@ -1,0 +1,148 @@
+"""`python -m app.screenshots OUTDIR [--model FILE]`: run the real app, visit each page, save PNGs.
+
+Used by `make screenshots` (under Xvfb) so a person can review how the app looks; the images
+are not compared in tests. The app runs over a temporary data folder (chats, settings, logs)
+with the real engine and the default model (n-gram drafting on, so the speculative panel and
+the draft-token highlight have something to show).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from app.qt import QtCore, QtWidgets
+from runtime.default_model import SMOLLM2
+from runtime.paths import UserDirs, user_dirs
+from runtime.settings import DraftSettings, LoadSettings
+
+PROMPT = "Write a short Python function that reverses a string, and explain it in one sentence."
+SIZE = (1400, 880)
+
+
+class Tour(QtCore.QObject):
+    """Steps through the app; each step runs after the previous one's condition is met."""
+
+    def __init__(self, app: QtWidgets.QApplication, window: object, out: Path, model: Path) -> None:
+        super().__init__()
+        from app.window import MainWindow
+
+        if not isinstance(window, MainWindow):
+            raise TypeError("the tour needs the main window")
+        self.app, self.window, self.out, self.model = app, window, out, model
+        self.saved: list[Path] = []
+        self.failed: str | None = None
+        self._deadline = QtCore.QTimer(self, singleShot=True, interval=240_000)
+        self._deadline.timeout.connect(lambda: self._stop("timed out"))
+
+    def start(self) -> None:
+        from app.engine_client import EngineState
+
+        w = self.window
+        w.resize(*SIZE)
+        w.show()
+        self._deadline.start()
+        self._grab("first-run", before=lambda: w.show_page(4))
+        w.show_page(0)
+        w.client.state_changed.connect(self._on_state)
+        w.client.problem.connect(lambda e: self._stop(e.message))
+        settings = LoadSettings(model_path=self.model, n_ctx=2048,
+                                draft=DraftSettings(kind="ngram"))
+        w.load_model(settings)
+        if w.client.state == EngineState.READY:
+            self._on_state(EngineState.READY)
+
+    def _on_state(self, state: object) -> None:
+        from app.engine_client import EngineState
+        from runtime.events import SamplingParams
+
+        if state != EngineState.READY or getattr(self, "_sent", False):
+            return
+        self._sent = True
+        c = self.window.controller
+        c.new_conversation()
+        c.set_system_prompt("You are a helpful assistant.")
+        c.set_sampling(SamplingParams(temperature=0.0, max_tokens=200))
+        c.reply_finished.connect(lambda _m: QtCore.QTimer.singleShot(2500, self._pages))
+        self.window.chat.settings.show_conversation(c.conversation)
+        c.send(PROMPT)
+
+    def _pages(self) -> None:
+        from app.theme import DARK
+        from app.window import CHAT, MODELS, SERVER, SETTINGS
+
+        w = self.window
+        w.chat.drafts_button.setChecked(True)
+        self._grab("chat", before=lambda: w.show_page(CHAT))
+        w.chat.drafts_button.setChecked(False)
+        self._grab("chat-settings", before=lambda: w.chat.settings_button.setChecked(True))
+        w.chat.settings_button.setChecked(False)
+        self._grab("models", before=lambda: w.show_page(MODELS))
+        self._grab("settings", before=lambda: w.show_page(SETTINGS))
+        self._grab("server", before=lambda: w.show_page(SERVER))
+
+        def dark() -> None:
+            w.set_palette(DARK)
+            w.show_page(CHAT)
+
+        self._grab("chat-dark", before=dark)
+        self._stop(None)
+
+    def _grab(self, name: str, before: Callable[[], None]) -> None:
+        before()
+        self.window.chat.transcript.flush()
+        # Let layouts and the plots settle; QTest's wait spins the loop without a busy loop.
+        from PySide6.QtTest import QTest
+
+        QTest.qWait(400)
+        path = self.out / f"{name}.png"
+        self.window.grab().save(str(path))
+        self.saved.append(path)
+        print(f"saved {path}", flush=True)
+
+    def _stop(self, failure: str | None) -> None:
+        self.failed = failure
+        self._deadline.stop()
+        self.window.close()
+        self.app.quit()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--model", type=Path)
+    args = parser.parse_args(argv)
+    model = args.model or user_dirs().models / SMOLLM2.library_path
+    if not model.is_file():
+        print(f"no model at {model}: run `python -m runtime.default_model` first", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    from app.engine_client import EngineClient
+    from app.store import ChatStore
+    from app.theme import LIGHT, apply_theme
+    from app.window import MainWindow
+
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])
+    apply_theme(app, LIGHT)
+    with tempfile.TemporaryDirectory(prefix="outrider-shots-") as tmp:
+        root = Path(tmp)
+        dirs = UserDirs(root / "data", root / "config", root / "cache", root / "state")
+        store = ChatStore(dirs.chats_db)
+        window = MainWindow(EngineClient(log_dir=dirs.logs), store, dirs, LIGHT,
+                            default_model=model)
+        tour = Tour(app, window, args.out, model)
+        QtCore.QTimer.singleShot(0, tour.start)
+        app.exec()
+        store.close()
+    if tour.failed:
+        print(f"screenshots failed: {tour.failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

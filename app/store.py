@@ -1,0 +1,216 @@
+"""Conversations on disk: one SQLite database in WAL mode at `user_dirs().chats_db`.
+
+Why it never stalls the GUI thread: in WAL mode with `synchronous=NORMAL` a commit is an
+append to the WAL file without fsync (tens of microseconds); the fsyncs happen in checkpoints,
+which this module turns off on the GUI connection and runs from a background thread instead.
+An app or engine crash still loses nothing committed (the OS has the pages); a streaming reply
+is committed at least once a second by the chat controller.
+
+Lazy by design: the conversation list is read in pages (`list_conversations(offset, limit)`)
+and a conversation's messages only when it is opened.
+
+The schema is versioned with `PRAGMA user_version`; `MIGRATIONS[n]` takes version n to n+1.
+
+    store = ChatStore(path)
+    conv = store.create_conversation("Hello")
+    msg = store.add_message(conv.id, None, "user", "Hi")
+    store.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.chat.conversation import (
+    DEFAULT_SAMPLING,
+    Conversation,
+    Message,
+    Role,
+    Status,
+    sampling_from_dict,
+)
+from runtime.errors import OutriderError
+from runtime.events import SamplingParams
+
+CHECKPOINT_INTERVAL_S = 5.0
+
+MIGRATIONS: list[str] = [
+    # 0 → 1
+    """
+    CREATE TABLE conversations (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        title TEXT NOT NULL,
+        created REAL NOT NULL,
+        updated REAL NOT NULL,
+        system_prompt TEXT NOT NULL DEFAULT '',
+        model TEXT NOT NULL DEFAULT '',
+        sampling TEXT NOT NULL DEFAULT '{}',
+        current_leaf INTEGER
+    );
+    CREATE INDEX conversations_updated ON conversations(updated DESC);
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+        role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+        content TEXT NOT NULL DEFAULT '',
+        created REAL NOT NULL,
+        status TEXT NOT NULL DEFAULT 'done',
+        error TEXT,
+        stats TEXT NOT NULL DEFAULT '{}',
+        draft_spans TEXT NOT NULL DEFAULT '[]'
+    );
+    CREATE INDEX messages_conversation ON messages(conversation_id, id);
+    """,
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class ChatStoreError(OutriderError):
+    """The chats database cannot be used (newer version, corrupt, unwritable)."""
+
+
+@dataclass(frozen=True)
+class ConversationSummary:
+    """What the conversation list shows, without loading any message."""
+
+    id: int
+    title: str
+    updated: float
+
+
+class _Checkpointer(threading.Thread):
+    """Moves the WAL into the database every few seconds, off the GUI thread."""
+
+    def __init__(self, path: Path, interval: float) -> None:
+        super().__init__(name="chat-store-checkpoint", daemon=True)
+        self._path = path
+        self._interval = interval
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        conn = sqlite3.connect(self._path, timeout=5.0)
+        try:
+            while not self._stop_event.wait(self._interval):
+                with contextlib.suppress(sqlite3.Error):  # busy now: the next round does it
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+
+class ChatStore:
+    """All conversations and messages. Not thread-safe: use it from one thread (the GUI's)."""
+
+    def __init__(self, path: Path, checkpoint_interval: float = CHECKPOINT_INTERVAL_S) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.execute("PRAGMA wal_autocheckpoint=0")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise ChatStoreError(f"Cannot open the chats database {path}: {exc}") from exc
+        self._checkpointer = _Checkpointer(path, checkpoint_interval)
+        self._checkpointer.start()
+
+    def close(self) -> None:
+        if self._checkpointer.is_alive():
+            self._checkpointer.stop()
+        with contextlib.suppress(sqlite3.Error):
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._db.close()
+
+    def _migrate(self) -> None:
+        version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise ChatStoreError(
+                f"{self.path} was written by a newer Outrider (schema {version}); "
+                "update Outrider to open it")
+        for step in range(version, SCHEMA_VERSION):
+            self._db.executescript(f"BEGIN; {MIGRATIONS[step]}; PRAGMA user_version={step + 1}; COMMIT;")
+
+    # -- conversations -----------------------------------------------------------------
+
+    def create_conversation(self, title: str = "New chat", system_prompt: str = "",
+                            model: str = "", sampling: SamplingParams = DEFAULT_SAMPLING,
+                            ) -> Conversation:
+        now = time.time()
+        conv = Conversation(0, title, now, now, system_prompt, model, sampling)
+        cursor = self._db.execute(
+            "INSERT INTO conversations (title, created, updated, system_prompt, model, sampling) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (title, now, now, system_prompt, model, json.dumps(conv.sampling_dict())))
+        conv.id = int(cursor.lastrowid or 0)
+        return conv
+
+    def save_conversation(self, conv: Conversation) -> None:
+        conv.updated = time.time()
+        self._db.execute(
+            "UPDATE conversations SET title=?, updated=?, system_prompt=?, model=?, sampling=?, "
+            "current_leaf=? WHERE id=?",
+            (conv.title, conv.updated, conv.system_prompt, conv.model,
+             json.dumps(conv.sampling_dict()), conv.current_leaf, conv.id))
+
+    def conversation(self, conversation_id: int) -> Conversation:
+        row = self._db.execute(
+            "SELECT id, title, created, updated, system_prompt, model, sampling, current_leaf "
+            "FROM conversations WHERE id=?", (conversation_id,)).fetchone()
+        if row is None:
+            raise ChatStoreError(f"There is no conversation {conversation_id}")
+        sampling = sampling_from_dict(json.loads(row[6])) if row[6] != "{}" else DEFAULT_SAMPLING
+        return Conversation(row[0], row[1], row[2], row[3], row[4], row[5], sampling, row[7])
+
+    def list_conversations(self, offset: int = 0, limit: int = 100,
+                           query: str = "") -> list[ConversationSummary]:
+        """Newest first; `query` matches titles and message text (case-insensitive)."""
+        sql = "SELECT id, title, updated FROM conversations"
+        args: tuple[object, ...] = ()
+        if query:
+            like = f"%{query}%"
+            sql += (" WHERE title LIKE ? OR id IN "
+                    "(SELECT conversation_id FROM messages WHERE content LIKE ?)")
+            args = (like, like)
+        sql += " ORDER BY updated DESC, id DESC LIMIT ? OFFSET ?"
+        rows = self._db.execute(sql, (*args, limit, offset)).fetchall()
+        return [ConversationSummary(r[0], r[1], r[2]) for r in rows]
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        self._db.execute("DELETE FROM conversations WHERE id=?", (conversation_id,))
+
+    # -- messages ----------------------------------------------------------------------
+
+    def messages(self, conversation_id: int) -> list[Message]:
+        rows = self._db.execute(
+            "SELECT id, conversation_id, parent_id, role, content, created, status, error, stats, "
+            "draft_spans FROM messages WHERE conversation_id=? ORDER BY id", (conversation_id,))
+        return [Message(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], json.loads(r[8]),
+                        json.loads(r[9])) for r in rows]
+
+    def add_message(self, conversation_id: int, parent_id: int | None, role: Role,
+                    content: str, status: Status = "done") -> Message:
+        message = Message(0, conversation_id, parent_id, role, content, time.time(), status)
+        cursor = self._db.execute(
+            "INSERT INTO messages (conversation_id, parent_id, role, content, created, status) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (conversation_id, parent_id, role, content, message.created, status))
+        message.id = int(cursor.lastrowid or 0)
+        return message
+
+    def save_message(self, message: Message) -> None:
+        self._db.execute(
+            "UPDATE messages SET content=?, status=?, error=?, stats=?, draft_spans=? WHERE id=?",
+            (message.content, message.status, message.error, json.dumps(message.stats),
+             json.dumps(message.draft_spans), message.id))

@@ -1,0 +1,116 @@
+"""GUI fixtures: main windows over a real engine process (the tiny model) or the fake server,
+and a guard that fails a test which leaks windows, threads or engine processes."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from pytestqt.exceptions import TimeoutError as QtTimeout
+
+from app.engine_client import EngineClient, EngineState
+from app.engine_process import EngineCommand
+from app.qt import QtWidgets
+from app.store import ChatStore
+from app.theme import LIGHT
+from app.window import MainWindow
+from runtime.paths import user_dirs
+from runtime.settings import LoadSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE_TIMEOUT_MS = 60_000
+
+
+def fake_command(token_delay: float = 0.001, metrics_interval: float = 0.1) -> EngineCommand:
+    return EngineCommand(sys.executable, ("-m", "tests.gui.fake_server",
+                                          "--token-delay", str(token_delay),
+                                          "--metrics-interval", str(metrics_interval)),
+                         {"PYTHONPATH": str(ROOT)})
+
+
+def _python_threads() -> set[threading.Thread]:
+    # Qt threads that ran Python code leave _DummyThread entries behind for good; ignore them.
+    return {t for t in threading.enumerate() if not isinstance(t, threading._DummyThread)}
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(qapp: QtWidgets.QApplication) -> Iterator[None]:
+    """After each test: no visible top-level windows, no new Python threads, no child
+    processes (engine servers) left running."""
+    threads = _python_threads()
+    yield
+    visible = [w for w in QtWidgets.QApplication.topLevelWidgets() if w.isVisible()]
+    for widget in visible:
+        widget.close()
+    assert not visible, f"windows left open: {visible}"
+    leaked = _python_threads() - threads
+    assert not leaked, f"threads left running: {leaked}"
+    children = psutil.Process().children(recursive=True)
+    assert not children, f"child processes left running: {children}"
+
+
+WindowFactory = Callable[..., MainWindow]
+
+
+@pytest.fixture
+def make_window(qtbot: object, isolated_user_dirs: Path) -> Iterator[WindowFactory]:
+    """`make_window(command=None)` opens a main window over the isolated user folders.
+    command None runs the real engine (`python -m runtime.cli serve`). Every window (and its
+    store and engine) is closed after the test."""
+    opened: list[tuple[MainWindow, ChatStore]] = []
+
+    def factory(command: EngineCommand | None = None, show: bool = True) -> MainWindow:
+        dirs = user_dirs()
+        store = ChatStore(dirs.chats_db, checkpoint_interval=0.2)
+        client = EngineClient(command, dirs.logs)
+        window = MainWindow(client, store, dirs, LIGHT)
+        opened.append((window, store))
+        if show:
+            window.show()
+            window.activateWindow()  # window shortcuts (Ctrl+N, Esc …) need the active window
+            qtbot.waitUntil(window.isActiveWindow)  # type: ignore[attr-defined]
+        return window
+
+    yield factory
+    for window, store in opened:
+        window.close()
+        window.deleteLater()
+        store.close()
+        assert window.runner._thread.isFinished()
+
+
+def load(qtbot: object, window: MainWindow, model: Path, n_ctx: int = 2048) -> None:
+    """Load `model` and wait until the engine is ready with it."""
+    window.load_model(LoadSettings(model_path=model, n_ctx=n_ctx))
+    try:
+        qtbot.waitUntil(lambda: window.client.state in (EngineState.READY,  # type: ignore[attr-defined]
+                                                        EngineState.CRASHED),
+                        timeout=ENGINE_TIMEOUT_MS)
+        if window.client.state != EngineState.READY:
+            raise QtTimeout("the engine stopped")
+    except QtTimeout as exc:  # pytest-qt's: say what the engine did
+        log = window.client.process.log_path
+        text = log.read_text()[-3000:] if log and log.is_file() else "(no log)"
+        raise AssertionError(f"engine not ready: {window.client.state}\n{text}") from exc
+
+
+@pytest.fixture
+def fake_window(make_window: WindowFactory, qtbot: object, tmp_path: Path) -> MainWindow:
+    """A window over the fake server with a (fake) model loaded."""
+    window = make_window(fake_command())
+    model = tmp_path / "fake-model.gguf"
+    model.write_bytes(b"GGUF")
+    load(qtbot, window, model)
+    return window
+
+
+@pytest.fixture
+def real_window(make_window: WindowFactory, qtbot: object, tiny_target: Path) -> MainWindow:
+    """A window over the real engine process with the tiny model loaded."""
+    window = make_window(None)
+    load(qtbot, window, tiny_target)
+    return window
