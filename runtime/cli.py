@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="outrider", description=__doc__.splitlines()[0])
     parser.add_argument("--self-test", action="store_true",
                         help="offscreen: load the default model, generate, open and close the window")
+    parser.add_argument("--model", metavar="PATH", help="open the app with this GGUF loaded")
+    parser.add_argument("--no-model", action="store_true", help="open the app without loading a model")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
@@ -57,7 +59,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"outrider {__version__}")
         return 0
     if args.command is None:
-        return _open_app(["--self-test"] if args.self_test else [])
+        app_args = ["--self-test"] if args.self_test else []
+        if args.model:
+            app_args += ["--model", args.model]
+        if args.no_model:
+            app_args.append("--no-model")
+        return _open_app(app_args)
     try:
         return int(args.handler(args))
     except OutriderError as exc:
