@@ -1,0 +1,92 @@
+"""The memory plan on screen: verdict, breakdown (weights, KV cache, compute, other), each
+device against its free memory, the largest context that fits, and the planner's notes.
+
+    view = PlanView()
+    view.show_plan(plan_memory(info, settings, devices))
+    view.value("kv")        # the text shown for the KV cache, e.g. '48.00 MiB'
+"""
+
+from __future__ import annotations
+
+from app.models.fit_badge import BADGE_ROLE, badge_text, fmt_bytes
+from app.qt import Qt, QtWidgets
+from runtime.planner import MemoryPlan
+
+ROWS = (("weights", "Weights"), ("kv", "KV cache"), ("compute", "Compute buffers"),
+        ("overhead", "Other"), ("total", "Total"), ("max_context", "Largest context that fits"),
+        ("kv_per_token", "KV cache per token"), ("gpu_layers", "Layers on GPU"))
+_COLORS = {"ok": "#1a7f37", "warn": "#9a6700", "accent": "#3b6fd8", "error_text": "#cf222e"}
+
+
+def plan_values(plan: MemoryPlan) -> dict[str, str]:
+    """The text of each row for `plan` (what the view shows, and what tests compare)."""
+    return {
+        "weights": fmt_bytes(plan.weights),
+        "kv": f"{fmt_bytes(plan.kv)} ({plan.kv_cells:,} cells)",
+        "compute": fmt_bytes(plan.compute),
+        "overhead": fmt_bytes(plan.overhead),
+        "total": fmt_bytes(plan.total),
+        "max_context": f"{plan.max_context:,} tokens" if plan.max_context else "none fits",
+        "kv_per_token": f"{plan.kv_bytes_per_token:,} bytes",
+        "gpu_layers": f"{plan.gpu_layers} of {plan.n_layers}",
+    }
+
+
+class PlanView(QtWidgets.QGroupBox):
+    """Attributes: plan — the MemoryPlan shown (None while there is none)."""
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__("Memory plan", parent)
+        self.plan: MemoryPlan | None = None
+        self.verdict = QtWidgets.QLabel("—")
+        self.verdict.setObjectName("verdict")
+        self.verdict.setWordWrap(True)
+        font = self.verdict.font()
+        font.setPointSizeF(font.pointSizeF() * 1.3)
+        font.setBold(True)
+        self.verdict.setFont(font)
+        form = QtWidgets.QFormLayout()
+        self.labels: dict[str, QtWidgets.QLabel] = {}
+        for key, title in ROWS:
+            label = QtWidgets.QLabel("—")
+            label.setObjectName(key)
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            self.labels[key] = label
+            form.addRow(title, label)
+        self.devices = QtWidgets.QLabel()
+        self.devices.setWordWrap(True)
+        self.notes = QtWidgets.QLabel()
+        self.notes.setWordWrap(True)
+        self.notes.setObjectName("muted")
+        layout = QtWidgets.QVBoxLayout(self)
+        layout.addWidget(self.verdict)
+        layout.addLayout(form)
+        layout.addWidget(self.devices)
+        layout.addWidget(self.notes)
+        layout.addStretch(1)
+
+    def show_plan(self, plan: MemoryPlan, extra_notes: tuple[str, ...] = ()) -> None:
+        self.plan = plan
+        self.verdict.setText(badge_text({"verdict": plan.verdict, "gpu_layers": plan.gpu_layers,
+                                         "n_layers": plan.n_layers}))
+        color = _COLORS.get(BADGE_ROLE.get(plan.verdict, ""), "")
+        self.verdict.setStyleSheet(f"color: {color};" if color else "")
+        for key, text in plan_values(plan).items():
+            self.labels[key].setText(text)
+        self.devices.setText("\n".join(
+            f"{d.name}: {fmt_bytes(d.total)} of {fmt_bytes(d.free_bytes)} free"
+            + ("" if d.fits else " — too much") for d in plan.devices))
+        self.notes.setText("\n".join((*plan.notes, *extra_notes)))
+
+    def show_message(self, text: str) -> None:
+        """No plan: say why (reading the model, a setting refused …)."""
+        self.plan = None
+        self.verdict.setText(text)
+        self.verdict.setStyleSheet("")
+        for label in self.labels.values():
+            label.setText("—")
+        self.devices.setText("")
+        self.notes.setText("")
+
+    def value(self, key: str) -> str:
+        return self.labels[key].text()

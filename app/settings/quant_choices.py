@@ -1,0 +1,74 @@
+"""The other quants of a model's repository: those in the library and those on the Hub.
+
+Pure functions; the Hub part runs on the network thread.
+
+    >>> [c.label for c in merge(local_choices(model, library), remote_choices(details))]
+    ['F32 — tiny-F32.gguf (in library)', 'F16 — tiny-Q4_K_M.gguf (download 2.52 MiB)', ...]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.models.fit_badge import fmt_bytes
+from runtime.hub import RepoDetails, RepoFile
+from runtime.library import LibraryModel
+from runtime.quants import group_gguf_files, quant_from_name
+
+
+@dataclass(frozen=True)
+class QuantChoice:
+    """One quant of the repository. `path` is set when it is in the library; `files` are what
+    to download when it is not."""
+
+    name: str  # the (first part's) file name: the identity across library and Hub
+    quant: str
+    size: int
+    path: Path | None = None
+    files: tuple[RepoFile, ...] = ()
+
+    @property
+    def local(self) -> bool:
+        return self.path is not None
+
+    @property
+    def label(self) -> str:
+        where = "in library" if self.local else f"download {fmt_bytes(self.size)}"
+        return f"{self.quant} — {self.name} ({where})"
+
+
+def siblings(model: LibraryModel, library: Iterable[LibraryModel]) -> list[LibraryModel]:
+    """Library models of the same repository (the same folder when the repo is unknown)."""
+    if model.repo_id:
+        return [m for m in library if m.repo_id == model.repo_id]
+    return [m for m in library if m.path.parent == model.path.parent]
+
+
+def local_choices(model: LibraryModel, library: Iterable[LibraryModel]) -> list[QuantChoice]:
+    out = [QuantChoice(m.path.name, m.quant or quant_from_name(m.path.name) or "?", m.size,
+                       path=m.path)
+           for m in siblings(model, library) if m.error is None]
+    if not any(c.path == model.path for c in out):
+        out.append(QuantChoice(model.path.name, model.quant or "?", model.size, path=model.path))
+    return out
+
+
+def remote_choices(details: RepoDetails) -> list[QuantChoice]:
+    """The repository's chat models (split parts together), quant from the file name."""
+    out = []
+    for group in group_gguf_files(details.gguf_files):
+        first = group[0].name
+        if "mmproj" in first.lower() or "imatrix" in first.lower():
+            continue
+        out.append(QuantChoice(first, quant_from_name(first) or first,
+                               sum(f.size or 0 for f in group), files=tuple(group)))
+    return out
+
+
+def merge(local: Sequence[QuantChoice], remote: Sequence[QuantChoice]) -> list[QuantChoice]:
+    """Library entries win over Hub entries of the same file; sorted by size, largest first."""
+    by_name = {c.name: c for c in remote}
+    by_name.update({c.name: c for c in local})
+    return sorted(by_name.values(), key=lambda c: (-c.size, c.name))
