@@ -39,12 +39,28 @@ bench: $(STAMP) model
 screenshots: $(STAMP) model
 	$(if $(shell command -v xvfb-run),xvfb-run -a -s "-screen 0 1400x900x24") $(PY) -m app.screenshots docs/screenshots
 
-package: $(STAMP)
+# The one-folder app for this OS (packaging/README.md): dist/Outrider/, plus a tarball on
+# Linux and a zipped Outrider.app on macOS. The icons are kept in git; redrawn when the SVG changes.
+VERSION = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' runtime/__init__.py)
+ICONS := packaging/icons/outrider-512.png
+
+$(ICONS): packaging/icons/outrider.svg packaging/make_icons.py | $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) packaging/make_icons.py
+	touch $@
+
+package: $(STAMP) $(ICONS)
 	$(PY) -m pip install --quiet 'pyinstaller>=6.10'
 	$(VENV)/bin/pyinstaller --noconfirm --distpath dist --workpath build/pyinstaller packaging/outrider.spec
+	@case "$$(uname -s)" in \
+	  Linux) tar -C dist -czf dist/Outrider-$(VERSION)-linux-$$(uname -m).tar.gz Outrider ;; \
+	  Darwin) ditto -c -k --keepParent dist/Outrider.app dist/Outrider-$(VERSION)-macos-$$(uname -m).zip ;; \
+	esac
+	@du -sh dist/Outrider dist/Outrider-$(VERSION)-* 2>/dev/null || true
 
-package-test: package
-	QT_QPA_PLATFORM=offscreen dist/Outrider/Outrider --self-test
+# Not part of `make test` (the build takes minutes): the frozen app starts its engine from
+# itself, loads the default model by path, generates, opens and closes its window.
+package-test: package model
+	QT_QPA_PLATFORM=offscreen dist/Outrider/Outrider --self-test --model "$$($(PY) -m runtime.default_model)"
 
 # Rebuild llama-cpp-python for this machine's GPU (CUDA if nvcc is found, Metal on macOS).
 gpu: $(STAMP)

@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "runtime.cli_server",  # serve
     "runtime.cli_speculative",  # draft make
     "runtime.cli_quality",  # quantize, eval, bench
+    "runtime.cli_desktop",  # install-desktop-entry
 )
 
 

@@ -159,3 +159,7 @@ class EngineError(OutriderError):
 
 class CatalogError(OutriderError):
     """The curated catalogue (models/catalog.toml) is malformed."""
+
+
+class DesktopEntryError(OutriderError):
+    """The Linux desktop entry could not be installed (wrong OS, missing packaging files)."""

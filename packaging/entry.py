@@ -1,0 +1,47 @@
+"""The frozen app's entry point: one executable that is the desktop app, the engine and the CLI.
+
+A frozen app has no `python -m`, so the processes Outrider starts re-execute this very
+executable with a flag that says what to be:
+
+    Outrider                               the desktop app (app.main.main)
+    Outrider --self-test [--model F.gguf]  the offscreen self-test (passed to app.main.main)
+    Outrider --engine serve --port 0 …     the engine CLI, `outrider …` (runtime.cli.main);
+                                           app/engine_process.py starts the engine this way
+    Outrider --quantize-worker             the quantize worker (runtime/quantize.py)
+
+So `Outrider --engine info model.gguf` or `Outrider --engine serve model.gguf` work from a
+terminal too: the bundle carries the whole command line.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+ENGINE_FLAG = "--engine"
+QUANTIZE_WORKER_FLAG = "--quantize-worker"
+
+
+def main(argv: Sequence[str]) -> int:
+    args = list(argv)
+    if args[:1] == [ENGINE_FLAG]:
+        from runtime.cli import main as cli_main
+
+        return cli_main(args[1:])
+    if args[:1] == [QUANTIZE_WORKER_FLAG]:
+        from runtime.quantize_worker import main as worker_main
+
+        return worker_main()
+    if args[:1] == ["-m"]:
+        # Code written for a source install may run `sys.executable -m MODULE`; in the bundle
+        # that would open a second window instead. Refuse, and say so on stderr.
+        print(f"Outrider: `-m {' '.join(args[1:2])}` is not available in the packaged app",
+              file=sys.stderr)
+        return 2
+    from app.main import main as app_main
+
+    return app_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
