@@ -33,7 +33,7 @@ pytest: $(STAMP) model
 test: lint pytest
 
 bench: $(STAMP) model
-	@echo "see benchmarks/README.md: each script takes the llama.cpp tool paths it compares against"
+	@cat benchmarks/README.md
 
 # Under Xvfb when it is installed (apt-get install xvfb), so no display is needed.
 screenshots: $(STAMP) model
