@@ -5,6 +5,11 @@ The app runs `python -m runtime.cli serve --host 127.0.0.1 --port 0 --api-key KE
 `OUTRIDER_SERVER_READY {json}` line on stdout, and keeps everything the engine writes to
 stderr in a log file under `user_dirs().logs`, so a crash can be read afterwards from the
 Server page. `--parent-pid` makes the child exit when the app dies without stopping it.
+
+Where it listens follows the user's server settings (`engine_listen`): by default loopback,
+any free port and a new random key each start; with an API key set, the settings' port and
+that key (a fixed address other tools can use); all interfaces only with network access
+allowed *and* a key. A change applies at the next (re)start.
 """
 
 from __future__ import annotations
@@ -20,9 +25,51 @@ from typing import TextIO
 
 from app.qt import QtCore, Signal
 from app.wire import ServerAddress, WireError, parse_ready_line
+from runtime.user_settings import Secret, ServerSettings
 
 STARTUP_TIMEOUT_MS = 120_000  # loading llama.cpp on a cold, busy disk can take a while
 KEEP_LOGS = 20
+
+
+@dataclass(frozen=True)
+class EngineListen:
+    """Where the engine server listens and the key it asks for.
+
+    >>> EngineListen()                                  # the default: nothing fixed
+    EngineListen(host='127.0.0.1', port=0, api_key=None)
+    >>> EngineListen(port=8080, api_key=Secret("k")).fixed
+    True
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: any free port
+    api_key: Secret | None = None  # None: a new random key at each start
+
+    @property
+    def fixed(self) -> bool:
+        """True when other tools can rely on the address (a set port and key)."""
+        return self.api_key is not None
+
+    @property
+    def network(self) -> bool:
+        return self.host != "127.0.0.1"
+
+
+def engine_listen(server: ServerSettings, api_key: Secret | None) -> EngineListen:
+    """The listening the user's settings ask for. A fixed port is only useful to other tools
+    together with a key they know, so without a key the engine keeps a random port and key;
+    other computers may connect only with network access allowed *and* a key.
+
+    >>> engine_listen(ServerSettings(port=8080, allow_network=True), None)
+    EngineListen(host='127.0.0.1', port=0, api_key=None)
+    >>> engine_listen(ServerSettings(port=8080), Secret("k"))
+    EngineListen(host='127.0.0.1', port=8080, api_key=Secret('***'))
+    >>> engine_listen(ServerSettings(port=9000, allow_network=True), Secret("k")).host
+    '0.0.0.0'
+    """
+    if api_key is None:
+        return EngineListen()
+    return EngineListen(server.host, server.port, api_key)
 
 
 @dataclass(frozen=True)
@@ -32,6 +79,8 @@ class EngineCommand:
     >>> cmd = EngineCommand("python3", ("-m", "runtime.cli", "serve"))
     >>> cmd.argv("-k3y", 42)[-7:]
     ['--host', '127.0.0.1', '--port', '0', '--api-key=-k3y', '--parent-pid', '42']
+    >>> cmd.argv("k", 42, "0.0.0.0", 8080)[-7:-2]
+    ['--host', '0.0.0.0', '--port', '8080', '--api-key=k']
     """
 
     program: str
@@ -50,10 +99,11 @@ class EngineCommand:
         return cls(sys.executable, ("-m", "runtime.cli", "serve", "--allow-any-path"),
                    {"PYTHONPATH": path})
 
-    def argv(self, api_key: str, parent_pid: int) -> list[str]:
+    def argv(self, api_key: str, parent_pid: int, host: str = "127.0.0.1",
+             port: int = 0) -> list[str]:
         # `--api-key=KEY` in one word: a random key may start with "-", which argparse
         # would otherwise take for an option.
-        return [*self.args, "--host", "127.0.0.1", "--port", "0", f"--api-key={api_key}",
+        return [*self.args, "--host", host, "--port", str(port), f"--api-key={api_key}",
                 "--parent-pid", str(parent_pid)]
 
 
@@ -84,6 +134,8 @@ class EngineProcess(QtCore.QObject):
 
     Attributes:
         log_path: the stderr log of the current (or last) process.
+        listen: where the next start listens (set from the user's settings).
+        listening: what the running process was started with (None when none runs).
     """
 
     ready = Signal(object)
@@ -102,6 +154,8 @@ class EngineProcess(QtCore.QObject):
         self._expected_exit = False
         self.address: ServerAddress | None = None
         self.log_path: Path | None = None
+        self.listen = EngineListen()
+        self.listening: EngineListen | None = None
         self._timeout = QtCore.QTimer(self, singleShot=True, interval=STARTUP_TIMEOUT_MS)
         self._timeout.timeout.connect(self._on_startup_timeout)
 
@@ -116,7 +170,8 @@ class EngineProcess(QtCore.QObject):
     def start(self) -> None:
         if self._process is not None:
             return
-        api_key = secrets.token_urlsafe(24)
+        listen = self.listen
+        api_key = listen.api_key.reveal() if listen.api_key else secrets.token_urlsafe(24)
         self._expected_exit = False
         self.address = None
         self._stdout = b""
@@ -134,8 +189,11 @@ class EngineProcess(QtCore.QObject):
         process.errorOccurred.connect(self._on_error)
         self._process = process
         self._api_key = api_key
-        self._write_log(f"$ {self._command.program} {' '.join(self._command.args)} …\n")
-        process.start(self._command.program, self._command.argv(api_key, os.getpid()))
+        self.listening = listen
+        self._write_log(f"$ {self._command.program} {' '.join(self._command.args)} "
+                        f"--host {listen.host} --port {listen.port} …\n")
+        process.start(self._command.program,
+                      self._command.argv(api_key, os.getpid(), listen.host, listen.port))
         self._timeout.start()
 
     def stop(self, wait_ms: int = 3000) -> None:
@@ -188,6 +246,7 @@ class EngineProcess(QtCore.QObject):
         process, self._process = self._process, None
         if process is None:
             return
+        self.listening = None
         self._on_stderr_of(process)
         self._timeout.stop()
         crashed = status == QtCore.QProcess.ExitStatus.CrashExit
@@ -213,6 +272,7 @@ class EngineProcess(QtCore.QObject):
     def _on_error(self, error: QtCore.QProcess.ProcessError) -> None:
         if error == QtCore.QProcess.ProcessError.FailedToStart and self._process is not None:
             process, self._process = self._process, None
+            self.listening = None
             self._timeout.stop()
             self._close_log()
             process.deleteLater()

@@ -14,10 +14,13 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runtime.default_model import SMOLLM2
 from runtime.paths import UserDirs, user_dirs
-from runtime.settings import LoadSettings
+
+if TYPE_CHECKING:  # Qt loads lazily: `outrider --version` must stay fast
+    from app.qt import QtGui
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -45,9 +48,11 @@ def _run(args: argparse.Namespace, dirs: UserDirs) -> int:
     from app.crash import CrashReporter
     from app.engine_client import EngineClient
     from app.qt import QtWidgets
+    from app.settings.controller import SettingsController
     from app.store import ChatStore
-    from app.theme import apply_theme, system_palette
+    from app.theme import apply_theme, palette_for
     from app.window import MainWindow
+    from runtime.user_settings import SettingsStore
 
     reporter = CrashReporter(dirs.crash_reports)
     earlier_crashes = reporter.install()
@@ -56,12 +61,15 @@ def _run(args: argparse.Namespace, dirs: UserDirs) -> int:
         raise RuntimeError("another kind of Qt application is already running in this process")
     app.setApplicationName("Outrider")
     app.setDesktopFileName("outrider")
-    palette = system_palette(app)
+    app.setWindowIcon(_app_icon())
+    settings = SettingsController.open(SettingsStore(dirs.settings_file))  # a bad file: kept aside
+    palette = palette_for(settings.settings.theme, app)
     apply_theme(app, palette)
     store = ChatStore(dirs.chats_db)
     client = EngineClient(log_dir=dirs.logs)
     library_default = user_dirs().models / SMOLLM2.library_path
-    window = MainWindow(client, store, dirs, palette, default_model=library_default)
+    window = MainWindow(client, store, dirs, palette, default_model=library_default,
+                        settings=settings)
     try:
         if args.self_test:
             from app.self_test import run_self_test
@@ -73,14 +81,25 @@ def _run(args: argparse.Namespace, dirs: UserDirs) -> int:
             _show_crash_reports(window, earlier_crashes)
         model = args.model or (library_default if library_default.is_file() else None)
         if model is not None and not args.no_model:
-            window.load_model(LoadSettings(model_path=model.expanduser().resolve()))
+            window.load_model_file(model.expanduser().resolve())  # its remembered settings
         else:
             window.offer_first_run()
         return int(app.exec())
     finally:
-        window.close()
+        window.close()  # also stops the model services and writes unsaved settings
         store.close()
         reporter.uninstall()
+
+
+def _app_icon() -> QtGui.QIcon:
+    # packaging/icons lies beside app/ in a checkout and inside the PyInstaller bundle alike.
+    from app.qt import QtGui
+
+    icon = QtGui.QIcon()
+    for png in sorted((Path(__file__).resolve().parent.parent / "packaging" / "icons")
+                      .glob("outrider-*.png")):
+        icon.addFile(str(png))
+    return icon
 
 
 def _self_test_model(args: argparse.Namespace) -> Path:

@@ -3,7 +3,10 @@
 Used by `make screenshots` (under Xvfb) so a person can review how the app looks; the images
 are not compared in tests. The app runs over a temporary data folder (chats, settings, logs)
 with the real engine and the default model (n-gram drafting on, so the speculative panel and
-the draft-token highlight have something to show).
+the draft-token highlight have something to show), linked into the temporary library so the
+Models page's Library tab and the Settings page's Model tab have it to show. Every tab of the
+Models page (Discover, Downloads, Library) and the Settings page (App, Model) is visited; the
+Hub is not reached, so the Repository tab is left out.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from app.qt import QtCore, QtWidgets
 from runtime.default_model import SMOLLM2
 from runtime.paths import UserDirs, user_dirs
 from runtime.settings import DraftSettings, LoadSettings
+from runtime.user_settings import ModelPrefs
 
 PROMPT = "Write a short Python function that reverses a string, and explain it in one sentence."
 SIZE = (1400, 880)
@@ -40,18 +44,22 @@ class Tour(QtCore.QObject):
 
     def start(self) -> None:
         from app.engine_client import EngineState
+        from app.models.models_page import DISCOVER
 
         w = self.window
         w.resize(*SIZE)
         w.show()
         self._deadline.start()
         self._grab("first-run", before=lambda: w.show_page(4))
+        w.models_page.setCurrentIndex(DISCOVER)
         w.show_page(0)
         w.client.state_changed.connect(self._on_state)
         w.client.problem.connect(lambda e: self._stop(e.message))
         settings = LoadSettings(model_path=self.model, n_ctx=2048,
                                 draft=DraftSettings(kind="ngram"))
-        w.load_model(settings)
+        # Remembered first, as Settings → Model would: that tab then shows what is loaded.
+        w.settings.update_model(self.model, ModelPrefs(settings))
+        w.load_model_file(self.model)
         if w.client.state == EngineState.READY:
             self._on_state(EngineState.READY)
 
@@ -71,7 +79,10 @@ class Tour(QtCore.QObject):
         c.send(PROMPT)
 
     def _pages(self) -> None:
-        from app.theme import DARK
+        import dataclasses
+
+        from app.models.models_page import DISCOVER, DOWNLOADS, LIBRARY
+        from app.settings.settings_page import APP, MODEL
         from app.window import CHAT, MODELS, SERVER, SETTINGS
 
         w = self.window
@@ -80,24 +91,42 @@ class Tour(QtCore.QObject):
         w.chat.drafts_button.setChecked(False)
         self._grab("chat-settings", before=lambda: w.chat.settings_button.setChecked(True))
         w.chat.settings_button.setChecked(False)
-        self._grab("models", before=lambda: w.show_page(MODELS))
-        self._grab("settings", before=lambda: w.show_page(SETTINGS))
+
+        def tab(page: int, widget: QtWidgets.QTabWidget, index: int) -> Callable[[], None]:
+            return lambda: (w.show_page(page), widget.setCurrentIndex(index))
+
+        models, settings = w.models_page, w.settings_page
+        self._grab("models-discover", before=tab(MODELS, models, DISCOVER),
+                   ready=lambda: models.discover.picks.rowCount() > 0)
+        self._grab("models-downloads", before=tab(MODELS, models, DOWNLOADS))
+        self._grab("models-library", before=tab(MODELS, models, LIBRARY),
+                   ready=lambda: bool(w.model_services.models))
+        self._grab("settings-app", before=tab(SETTINGS, settings, APP))
+        self._grab("settings-model",
+                   before=lambda: (w.show_page(SETTINGS), settings.show_model(self.model)),
+                   ready=lambda: settings.model.plan_view.plan is not None)
         self._grab("server", before=lambda: w.show_page(SERVER))
 
-        def dark() -> None:
-            w.set_palette(DARK)
+        def dark() -> None:  # through the setting, as the App tab's Theme combo does it
+            w.settings.update(dataclasses.replace(w.settings.settings, theme="dark"))
             w.show_page(CHAT)
 
         self._grab("chat-dark", before=dark)
+        self._grab("settings-model-dark", before=tab(SETTINGS, settings, MODEL))
         self._stop(None)
 
-    def _grab(self, name: str, before: Callable[[], None]) -> None:
+    def _grab(self, name: str, before: Callable[[], None],
+              ready: Callable[[], bool] | None = None) -> None:
         before()
         self.window.chat.transcript.flush()
         # Let layouts and the plots settle; QTest's wait spins the loop without a busy loop.
         from PySide6.QtTest import QTest
 
         QTest.qWait(400)
+        for _ in range(50):  # background work (a library scan, a memory plan): up to 10 s
+            if ready is None or ready():
+                break
+            QTest.qWait(200)
         path = self.out / f"{name}.png"
         self.window.grab().save(str(path))
         self.saved.append(path)
@@ -122,19 +151,25 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     from app.engine_client import EngineClient
+    from app.settings.controller import SettingsController
     from app.store import ChatStore
     from app.theme import LIGHT, apply_theme
     from app.window import MainWindow
+    from runtime.user_settings import SettingsStore
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])
     apply_theme(app, LIGHT)
     with tempfile.TemporaryDirectory(prefix="outrider-shots-") as tmp:
         root = Path(tmp)
         dirs = UserDirs(root / "data", root / "config", root / "cache", root / "state")
+        linked = dirs.models / SMOLLM2.library_path  # the library lists it; nothing is copied
+        linked.parent.mkdir(parents=True, exist_ok=True)
+        linked.symlink_to(model.resolve())
         store = ChatStore(dirs.chats_db)
+        settings = SettingsController.open(SettingsStore(dirs.settings_file))
         window = MainWindow(EngineClient(log_dir=dirs.logs), store, dirs, LIGHT,
-                            default_model=model)
-        tour = Tour(app, window, args.out, model)
+                            default_model=linked, settings=settings)
+        tour = Tour(app, window, args.out, linked)
         QtCore.QTimer.singleShot(0, tour.start)
         app.exec()
         store.close()

@@ -1,8 +1,11 @@
-"""Light and dark palettes and the app's style sheet; the scheme follows the OS.
+"""Light and dark palettes and the app's style sheet; the scheme follows the OS or the user.
 
 Qt 6.5+ reports the system colour scheme (`QStyleHints.colorScheme`) and signals changes; the
 app uses Fusion everywhere so both schemes look the same on every platform, and keeps its few
-colours here rather than scattered through the widgets.
+colours here rather than scattered through the widgets. The user's choice
+(`AppSettings.theme`: system, light or dark) picks the palette:
+
+    apply_theme(app, palette_for(settings.theme, app))   # "system": whatever the OS says now
 """
 
 from __future__ import annotations
@@ -57,6 +60,15 @@ def system_palette(app: QtWidgets.QApplication) -> Palette:
     return DARK if scheme == Qt.ColorScheme.Dark else LIGHT
 
 
+def palette_for(theme: str, app: QtWidgets.QApplication) -> Palette:
+    """The palette for a theme setting: "light", "dark", or "system" (the OS scheme now)."""
+    if theme == "light":
+        return LIGHT
+    if theme == "dark":
+        return DARK
+    return system_palette(app)
+
+
 def qpalette(p: Palette) -> QtGui.QPalette:
     pal = QtGui.QPalette()
     c = QtGui.QColor
@@ -98,6 +110,7 @@ def style_sheet(p: Palette) -> str:
     #chatHeader {{ background: {p.surface}; border-bottom: 1px solid {p.border}; }}
     #pageTitle {{ font-size: 14pt; font-weight: 600; }}
     #muted, QLabel[muted="true"] {{ color: {p.muted}; }}
+    #errorText {{ color: {p.error_text}; }}
     #transcript, #transcriptInner {{ background: {p.window}; border: none; }}
     #bubble {{ background: {p.surface}; border: 1px solid {p.border}; border-radius: 10px; }}
     #bubble[role="user"] {{ background: {p.user_bubble}; border-color: {p.user_bubble}; }}
@@ -131,6 +144,13 @@ def style_sheet(p: Palette) -> str:
     QComboBox QAbstractItemView {{ border: 1px solid {p.border}; background: {p.surface};
                                    selection-background-color: {p.user_bubble};
                                    selection-color: {p.text}; }}
+    QTabWidget::pane {{ border: 1px solid {p.border}; border-radius: 8px; top: -1px;
+                        padding: 2px; }}
+    QTabBar::tab {{ padding: 6px 14px; margin-right: 2px; color: {p.muted}; background: transparent;
+                    border: none; border-bottom: 2px solid transparent; }}
+    QTabBar::tab:selected {{ color: {p.text}; border-bottom-color: {p.accent}; }}
+    QTabBar::tab:hover:!selected {{ color: {p.text}; }}
+    QTabBar::tab:disabled {{ color: {p.border}; }}
     QProgressBar {{ border: none; background: {p.border}; border-radius: 3px; max-height: 6px; }}
     QProgressBar::chunk {{ background: {p.accent}; border-radius: 3px; }}
     QStatusBar {{ background: {p.sidebar}; border-top: 1px solid {p.border}; color: {p.muted}; }}

@@ -1,9 +1,17 @@
 """The main window: left navigation (Chat · Models · Settings · Server), the pages, the dock
 of live panels, and a status bar with the model, memory and engine state.
 
-The window is handed its collaborators (engine client, chat store, user folders) and builds
-its own parts from them; nothing is global. Window geometry, dock layout, page and splitter
-sizes are kept in `window.ini` in the config folder (QSettings, INI format).
+The window is handed its collaborators (engine client, chat store, user folders, the app
+settings) and builds its own parts from them; nothing is global. Window geometry, dock
+layout, page and splitter sizes are kept in `window.ini` in the config folder (QSettings,
+INI format); the app's own settings (theme, server, per-model load settings) in
+`settings.toml` through the `SettingsController`.
+
+    settings = SettingsController.open(SettingsStore(dirs.settings_file))
+    window = MainWindow(client, store, dirs, settings=settings)
+    window.show()
+    ...
+    window.close()          # stops the engine and the workers, writes unsaved settings
 """
 
 from __future__ import annotations
@@ -16,18 +24,24 @@ from app.chat.markdown import warm_up as warm_up_markdown
 from app.chat.model_picker import ModelPicker, library_models
 from app.chat.page import ChatPage
 from app.engine_client import EngineClient, EngineState
-from app.engine_process import EngineExit
+from app.engine_process import EngineExit, engine_listen
+from app.models.models_page import ModelsPage
+from app.models.services import ModelServices
 from app.pages.first_run import FirstRunPage
-from app.pages.placeholder import PlaceholderPage
 from app.pages.server_page import ServerPage
-from app.panels.base import fmt_bytes
 from app.qt import Qt, QtCore, QtGui, QtWidgets, Signal
+from app.settings.controller import SettingsController
+from app.settings.settings_page import SettingsPage
 from app.store import ChatStore
-from app.theme import Palette, apply_theme, system_palette
+from app.theme import Palette, apply_theme, palette_for, system_palette
 from app.wire import MetricsSnapshot, ModelInfo
+from runtime.events import SamplingParams
+from runtime.library import LibraryModel
 from runtime.paths import UserDirs
 from runtime.settings import LoadSettings
+from runtime.user_settings import AppSettings, SettingsStore
 
+MIB = 1 << 20
 PAGES = ("Chat", "Models", "Settings", "Server")
 CHAT, MODELS, SETTINGS, SERVER, FIRST_RUN = range(5)
 _STATE_COLORS = {EngineState.READY: "ok", EngineState.CRASHED: "error_text",
@@ -40,6 +54,9 @@ class MainWindow(QtWidgets.QMainWindow):
 
     Attributes:
         chat: the Chat page; controller: its ChatController; picker: the model picker.
+        models_page: the Models page (Discover, Repository, Downloads, Library).
+        settings_page: the Settings page (App, Model). settings: the SettingsController.
+        model_services: the Hub, downloads and library behind those two pages.
         panels: the live-panels dock (None until built, just after the first paint).
     """
 
@@ -47,31 +64,53 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def __init__(self, client: EngineClient, store: ChatStore, dirs: UserDirs,
                  palette: Palette | None = None, default_model: Path | None = None,
-                 parent: QtWidgets.QWidget | None = None) -> None:
+                 parent: QtWidgets.QWidget | None = None, *,
+                 settings: SettingsController | None = None,
+                 model_services: ModelServices | None = None) -> None:
+        """`settings`: the app settings (default: read from `dirs`); `model_services`:
+        started services for the Models and Settings pages (default: built and started
+        here). The window shuts both down when it closes. `palette` overrides the settings'
+        theme until it changes."""
         super().__init__(parent)
         self.setWindowTitle("Outrider")
         self.resize(1320, 840)
         self.client = client
         self.dirs = dirs
-        self._palette = palette or system_palette(_app())
+        self.settings = settings or SettingsController.open(SettingsStore(dirs.settings_file))
+        self._theme = self.settings.settings.theme
+        self._palette = palette or palette_for(self._theme, _app())
+        if palette is None:  # else the caller has applied it (before building anything)
+            apply_theme(_app(), self._palette)
         self._default_model = default_model
         self._painted = False
         self._closed = False
         self.panels = None
         self._last_metrics: MetricsSnapshot | None = None
-        self._settings = QtCore.QSettings(str(dirs.config / "window.ini"),
-                                          QtCore.QSettings.Format.IniFormat)
+        self._window_state = QtCore.QSettings(str(dirs.config / "window.ini"),
+                                              QtCore.QSettings.Format.IniFormat)
+        if model_services is None:
+            model_services = ModelServices(self.settings, dirs, parent=self)
+            model_services.start()  # resumes the download queue of the last run
+        self.model_services = model_services
         self.runner = BackgroundRunner(self)
-        self.controller = ChatController(store, client, self)
-        self.picker = ModelPicker(client, self.runner, dirs.models)
+        self.controller = ChatController(store, client, self,
+                                         sampling_defaults=self._sampling_defaults)
+        self.picker = ModelPicker(client, self.runner, self._models_dir(),
+                                  settings_for=self._load_settings_for)
         self.chat = ChatPage(self.controller, self.picker, self._palette)
+        self.models_page = ModelsPage(self.model_services)
+        self.settings_page = SettingsPage(self.settings, self.model_services,
+                                          default_models_dir=dirs.models)
         self.server = ServerPage(client, dirs.logs)
         self.first_run = FirstRunPage(self.runner, default_model or dirs.models / "none.gguf")
+        self._apply_server_settings(self.settings.settings)
         self._build_layout()
         self._build_status_bar()
         self._build_actions()
         self._connect()
         self._restore_state()
+        if self.settings.startup_problem:
+            self.statusBar().showMessage(self.settings.startup_problem)
 
     # -- construction ------------------------------------------------------------------
 
@@ -91,17 +130,12 @@ class MainWindow(QtWidgets.QMainWindow):
         side.addWidget(self.nav, 1)
         self.pages = QtWidgets.QStackedWidget()
         self.pages.addWidget(self.chat)
-        self.pages.addWidget(PlaceholderPage(
-            "Models",
-            "Coming next: <b>Discover</b> (search the Hugging Face Hub), each repository's "
-            "quants with a fit badge for this machine, the <b>Downloads</b> queue (resumable), "
-            "and your <b>Library</b>. Until then, models in the library folder appear in the "
-            f"chat's model picker:<br><code>{self.dirs.models}</code>"))
-        self.pages.addWidget(PlaceholderPage(
-            "Settings",
-            "Coming next: app settings and per-model load settings — context length, GPU "
-            "layers, K/V cache types, flash attention, threads, the draft model and k, "
-            "sampling defaults, and the preferred quant for downloads."))
+        self.pages.addWidget(_titled(
+            "Models", "Find GGUF models on the Hugging Face Hub, download them, and keep your "
+            "library.", self.models_page))
+        self.pages.addWidget(_titled(
+            "Settings", "The app's settings, and how each model file loads (remembered per "
+            "file).", self.settings_page))
         self.pages.addWidget(self.server)
         self.pages.addWidget(self.first_run)
         central = QtWidgets.QWidget()
@@ -119,7 +153,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.memory_label = QtWidgets.QLabel()
         self.state_button = QtWidgets.QToolButton()
         self.state_button.setToolTip("Engine state — click for the Server page")
-        self.state_button.clicked.connect(lambda: self.show_page(SERVER))
+        self.state_button.clicked.connect(self._show_server)
         self.panels_button = QtWidgets.QToolButton()
         self.panels_button.setText("Live panels")
         self.panels_button.setCheckable(True)
@@ -145,12 +179,24 @@ class MainWindow(QtWidgets.QMainWindow):
         shortcut("Ctrl+Q", self.close)
 
     def _connect(self) -> None:
+        # Bound methods, not lambdas: Qt drops a bound method's connection with its receiver,
+        # while a lambda's closure can be cleared by the GC while a queued call is on its way.
         self.nav.currentRowChanged.connect(self.pages.setCurrentIndex)
+        self.pages.currentChanged.connect(self._on_page_changed)
         self.chat.open_log_requested.connect(self.show_engine_log)
-        self.chat.message.connect(lambda text: self.statusBar().showMessage(text, 5000))
+        self.chat.message.connect(self._show_message)
         self.first_run.use_model.connect(self._on_first_run_model)
-        self.first_run.browse_models.connect(lambda: self.show_page(MODELS))
-        self.first_run.skip.connect(lambda: self.show_page(CHAT))
+        self.first_run.browse_models.connect(self._show_models)
+        self.first_run.skip.connect(self._show_chat)
+        self.models_page.load_requested.connect(self._on_library_load)
+        self.models_page.settings_requested.connect(self.show_model_settings)
+        self.models_page.message.connect(self._show_message)
+        self.settings_page.model.load_requested.connect(self._on_settings_load)
+        # A quant switch: the same settings, the other file, no questions.
+        self.settings_page.model.reload_requested.connect(self.load_model)
+        self.model_services.library_changed.connect(self._on_library)
+        self.settings.changed.connect(self._on_settings_changed)
+        self.settings.save_failed.connect(self._show_message)
         self.client.state_changed.connect(self._on_state)
         self.client.model_changed.connect(self._on_model)
         self.client.metrics_received.connect(self._on_metrics)
@@ -172,21 +218,77 @@ class MainWindow(QtWidgets.QMainWindow):
         self.show_page(SERVER)
         self.server.show_log(self.client.process.log_path)
 
+    def show_model_settings(self, path: Path) -> None:
+        """The Settings page's Model tab on `path` (the library's Settings…)."""
+        self.settings_page.show_model(Path(path))
+        self.show_page(SETTINGS)
+
+    def _show_chat(self) -> None:
+        self.show_page(CHAT)
+
+    def _show_models(self) -> None:
+        self.show_page(MODELS)
+
+    def _show_server(self) -> None:
+        self.show_page(SERVER)
+
+    def _show_message(self, text: str) -> None:
+        self.statusBar().showMessage(text, 5000)
+
+    def _on_page_changed(self, index: int) -> None:
+        # Settings → Model opens on the model in use rather than on an empty form.
+        wanted = self.client.wanted
+        if index == SETTINGS and self.settings_page.model.path is None and wanted is not None:
+            self.settings_page.model.show_model(wanted.model_path)
+
     def offer_first_run(self) -> bool:
         """Show the first-run page when the library is empty; True if shown."""
-        if library_models(self.dirs.models) or self.client.wanted is not None:
+        if library_models(self._models_dir()) or self.client.wanted is not None:
             return False
         self.show_page(FIRST_RUN)
         return True
 
+    # -- loading -----------------------------------------------------------------------
+
     def load_model(self, settings: LoadSettings) -> None:
-        """Load at start-up (--model, the default model): no plan dialog, no questions."""
+        """Load with exactly these settings: no plan dialog, no questions (start-up, a quant
+        switch of the loaded model)."""
         self.picker.add_model(settings.model_path)
         self.picker.load(settings)
 
-    def _on_first_run_model(self, path: Path) -> None:
-        self.load_model(LoadSettings(model_path=path))
+    def load_model_file(self, path: Path) -> None:
+        """Load `path` with its remembered settings (Settings → Model), no questions."""
+        self.load_model(self._load_settings_for(path))
+
+    def _on_library_load(self, settings: LoadSettings) -> None:
+        """Library → Load: plan first (asks when it won't fit), then chat with it."""
         self.show_page(CHAT)
+        self.picker.plan_and_load(settings)
+
+    def _on_settings_load(self, settings: LoadSettings) -> None:
+        """Settings → Model → Load: stay on the page, to watch the plan and the panels."""
+        self.statusBar().showMessage(f"Loading {settings.model_path.name} with these "
+                                     "settings…", 5000)
+        self.picker.plan_and_load(settings)
+
+    def _on_first_run_model(self, path: Path) -> None:
+        self.load_model_file(path)
+        self.show_page(CHAT)
+
+    def _load_settings_for(self, path: Path) -> LoadSettings:
+        """The picker's Load: what the Settings page remembers for this file."""
+        return self.settings.settings.model_prefs(path).load
+
+    def _sampling_defaults(self, model_path: str) -> SamplingParams | None:
+        """A new chat's sampling: the model's remembered defaults, if it has any."""
+        prefs = self.settings.settings.models.get(str(Path(model_path)))
+        return prefs.sampling if prefs is not None else None
+
+    def _models_dir(self) -> Path:
+        return self.settings.settings.models_path(self.dirs.models)
+
+    def _on_library(self, models: list[LibraryModel]) -> None:
+        self.picker.set_library([m.path for m in models if m.error is None])
 
     def _new_chat(self) -> None:
         self.show_page(CHAT)
@@ -219,7 +321,7 @@ class MainWindow(QtWidgets.QMainWindow):
         panels.on_model(self.client.model)
         panels.visibilityChanged.connect(self._on_panels_visibility)
         self.panels = panels
-        state = self._settings.value("state")
+        state = self._window_state.value("state")
         if isinstance(state, QtCore.QByteArray):
             self.restoreState(state)
         panels.setVisible(self.panels_button.isChecked())
@@ -246,6 +348,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.state_button.setStyleSheet(f"color: {color};")
 
     def _on_model(self, model: ModelInfo | None) -> None:
+        loaded = Path(model.path) if model is not None and model.path else None
+        self.settings_page.model.set_loaded_model(loaded)
         if model is None:
             self.model_label.setText("No model")
             return
@@ -265,11 +369,26 @@ class MainWindow(QtWidgets.QMainWindow):
             self.statusBar().showMessage(f"{info.describe()} Send a message to restart it; "
                                          "its log is on the Server page.", 15000)
 
+    # -- settings ----------------------------------------------------------------------
+
+    def _on_settings_changed(self, settings: AppSettings) -> None:
+        if settings.theme != self._theme:
+            self._theme = settings.theme
+            self.set_palette(palette_for(settings.theme, _app()))
+        self._apply_server_settings(settings)
+
+    def _apply_server_settings(self, settings: AppSettings) -> None:
+        """The engine's next start listens as the settings say (the Server page tells the
+        user that a restart applies a change)."""
+        self.client.process.listen = engine_listen(settings.server, settings.server_api_key)
+        self.server.show_settings(settings)
+
     def _on_color_scheme(self, _scheme: Qt.ColorScheme) -> None:
-        self.set_palette(system_palette(_app()))
+        if self._theme == "system":
+            self.set_palette(system_palette(_app()))
 
     def set_palette(self, palette: Palette) -> None:
-        """Switch the whole window to another theme (the OS scheme changed)."""
+        """Switch the whole window to another theme (the setting or the OS scheme changed)."""
         self._palette = palette
         apply_theme(_app(), palette)
         self.chat.set_palette(palette)
@@ -280,30 +399,30 @@ class MainWindow(QtWidgets.QMainWindow):
     # -- window state ------------------------------------------------------------------
 
     def _restore_state(self) -> None:
-        geometry = self._settings.value("geometry")
+        geometry = self._window_state.value("geometry")
         if isinstance(geometry, QtCore.QByteArray):
             self.restoreGeometry(geometry)
-        sizes = self._settings.value("splitter")
+        sizes = self._window_state.value("splitter")
         if isinstance(sizes, QtCore.QByteArray):
             self.chat.splitter.restoreState(sizes)
-        visible = self._settings.value("panels", "true")
+        visible = self._window_state.value("panels", "true")
         self.panels_button.blockSignals(True)
         self.panels_button.setChecked(str(visible).lower() == "true")
         self.panels_button.blockSignals(False)
         try:
-            page = int(self._settings.value("page", CHAT))
+            page = int(self._window_state.value("page", CHAT))
         except (TypeError, ValueError):
             page = CHAT
         self.show_page(page if 0 <= page < len(PAGES) else CHAT)
 
     def _save_state(self) -> None:
-        self._settings.setValue("geometry", self.saveGeometry())
-        self._settings.setValue("state", self.saveState())
-        self._settings.setValue("splitter", self.chat.splitter.saveState())
-        self._settings.setValue("panels", "true" if self.panels_button.isChecked() else "false")
+        self._window_state.setValue("geometry", self.saveGeometry())
+        self._window_state.setValue("state", self.saveState())
+        self._window_state.setValue("splitter", self.chat.splitter.saveState())
+        self._window_state.setValue("panels", "true" if self.panels_button.isChecked() else "false")
         page = self.pages.currentIndex()
-        self._settings.setValue("page", page if page < len(PAGES) else CHAT)
-        self._settings.sync()
+        self._window_state.setValue("page", page if page < len(PAGES) else CHAT)
+        self._window_state.sync()
 
     # -- Qt events ---------------------------------------------------------------------
 
@@ -319,10 +438,36 @@ class MainWindow(QtWidgets.QMainWindow):
         if not self._closed:
             self._save_state()
             self._closed = True
+            self.settings_page.model.save_now()  # an edit still waiting for its save timer
             self.controller.stop()
             self.client.stop()
             self.runner.shutdown()
+            self.model_services.shutdown()  # running downloads resume at the next start
+            self.settings.shutdown()  # writes any change not saved yet
         super().closeEvent(event)
+
+
+def fmt_bytes(n: float) -> str:
+    """As the panels write memory (app.panels.base, which imports pyqtgraph: not before the
+    first paint). fmt_bytes(98 * MIB) == '98 MiB'; fmt_bytes(24 << 30) == '24.0 GiB'."""
+    return f"{n / MIB:,.0f} MiB" if n < 10 * 1024 * MIB else f"{n / (1024 * MIB):,.1f} GiB"
+
+
+def _titled(title: str, intro: str, body: QtWidgets.QWidget) -> QtWidgets.QWidget:
+    """`body` under a page title and an intro line, with page margins (as the Server page)."""
+    page = QtWidgets.QWidget()
+    column = QtWidgets.QVBoxLayout(page)
+    column.setContentsMargins(20, 16, 20, 12)
+    column.setSpacing(10)
+    heading = QtWidgets.QLabel(title)
+    heading.setObjectName("pageTitle")
+    line = QtWidgets.QLabel(intro)
+    line.setObjectName("muted")
+    line.setWordWrap(True)
+    column.addWidget(heading)
+    column.addWidget(line)
+    column.addWidget(body, 1)
+    return page
 
 
 def _app() -> QtWidgets.QApplication:

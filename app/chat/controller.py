@@ -12,6 +12,7 @@ ready; a failure on the way is shown on the reply, never inserted into its text.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,6 +24,8 @@ from app.wire import ReplyDelta, ReplyError, ReplyFinished
 from runtime.events import SamplingParams
 
 SAVE_INTERVAL_MS = 500
+# The sampling defaults remembered for a model file (Settings → Model), or None.
+SamplingDefaults = Callable[[str], "SamplingParams | None"]
 TITLE_LENGTH = 48
 INTERRUPTED = "Outrider closed while this reply was being written."
 
@@ -61,10 +64,12 @@ class ChatController(QtCore.QObject):
     reply_finished = Signal(object)
 
     def __init__(self, store: ChatStore, client: EngineClient,
-                 parent: QtCore.QObject | None = None) -> None:
+                 parent: QtCore.QObject | None = None, *,
+                 sampling_defaults: SamplingDefaults | None = None) -> None:
         super().__init__(parent)
         self.store = store  # the page's conversation list reads the same store
         self._client = client
+        self._sampling_defaults = sampling_defaults
         self.conversation: Conversation | None = None
         self.tree = MessageTree()
         self._generation: _Generation | None = None
@@ -94,10 +99,13 @@ class ChatController(QtCore.QObject):
         self.stop()
         model = str(self._client.wanted.model_path) if self._client.wanted else ""
         previous = self.conversation
+        # A new chat has no sampling of its own: the model's remembered defaults, else the
+        # chat before's, else the app's.
+        remembered = self._sampling_defaults(model) if model and self._sampling_defaults else None
         conv = self.store.create_conversation(
             model=model,
             system_prompt=previous.system_prompt if previous else "",
-            sampling=previous.sampling if previous else DEFAULT_SAMPLING)
+            sampling=remembered or (previous.sampling if previous else DEFAULT_SAMPLING))
         self._show(conv, MessageTree())
         self.conversations_changed.emit()
         return conv

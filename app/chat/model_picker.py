@@ -1,5 +1,9 @@
 """The model picker in the chat header: choose a library model, load or unload it.
 
+The list is the library's (`set_library`, fed from the Models page's scans) plus models opened
+from elsewhere (`add_model`); until the first scan arrives it lists the models folder itself.
+Load takes the model's remembered load settings (`settings_for`, the Settings page's).
+
 Loading shows the memory plan first (computed off the GUI thread with `runtime.planner` from
 the file's header), asks before trying a plan that says "won't fit", shows progress while the
 engine loads, and afterwards planned beside measured memory (llama.cpp's own buffer sizes).
@@ -96,6 +100,7 @@ class ModelPicker(QtWidgets.QWidget):
         self._models_dir = models_dir
         self._settings_for = settings_for or (lambda path: LoadSettings(model_path=path))
         self._extra: list[Path] = []
+        self._library: list[Path] | None = None  # None: scan the folder (no library feed)
         self._plan: dict[str, Any] | None = None
         self._confirm: QtWidgets.QMessageBox | None = None
         layout = QtWidgets.QHBoxLayout(self)
@@ -136,9 +141,17 @@ class ModelPicker(QtWidgets.QWidget):
         self.refresh()
         self.select(path)
 
+    def set_library(self, paths: list[Path]) -> None:
+        """List these models (the library's latest scan) instead of scanning the folder."""
+        self._library = list(paths)
+        self.refresh()
+
     def refresh(self) -> None:
         current = self.selected()
-        paths = library_models(self._models_dir)
+        if self._library is not None:
+            paths = list(self._library)
+        else:
+            paths = library_models(self._models_dir)
         paths += [p for p in self._extra if p not in paths]
         self.combo.blockSignals(True)
         self.combo.clear()
@@ -172,6 +185,14 @@ class ModelPicker(QtWidgets.QWidget):
         except OutriderError as exc:
             self.status.setText(str(exc))
             return
+        self.plan_and_load(settings)
+
+    def plan_and_load(self, settings: LoadSettings) -> None:
+        """Plan first; load when it fits, ask first when the plan says it won't (the
+        library's and the Settings page's Load)."""
+        if self.combo.findData(str(settings.model_path)) < 0:
+            self.add_model(settings.model_path)
+        self.select(settings.model_path)
         self.status.setText("Planning memory…")
         self.load_button.setEnabled(False)
         job = self._runner.submit(plan_model, settings)

@@ -18,10 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import shiboken6  # isValid: whether a Qt object still exists (app.qt has no wrapper for it)
-
 from app.background import Job
-from app.qt import QtCore, Signal
+from app.qt import QtCore, Signal, isValid
 
 
 class _Outcome:
@@ -38,7 +36,7 @@ class _Outcome:
         call = self._done if which == "done" else self._failed
         owner, self._owner, self._done, self._failed = self._owner, None, None, None
         # The page may have been deleted (closed) while the job ran: then say nothing.
-        return call if owner is not None and shiboken6.isValid(owner) else None
+        return call if owner is not None and isValid(owner) else None
 
     def on_done(self, value: object) -> None:
         call = self._take("done")

@@ -1,13 +1,19 @@
 """The Server page: the engine process's state and address, start / restart / stop, and its
-logs (every start keeps one; a crash's last lines are there to read)."""
+logs (every start keeps one; a crash's last lines are there to read).
+
+Where the engine listens follows the server settings (Settings → App → Local server, see
+`app.engine_process.engine_listen`); a change takes effect when the engine restarts, and the
+page says so until then.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from app.engine_client import EngineClient, EngineState
-from app.engine_process import EngineExit, engine_logs
+from app.engine_process import EngineExit, EngineListen, engine_logs
 from app.qt import Qt, QtGui, QtWidgets
+from runtime.user_settings import AppSettings
 
 LOG_TAIL_BYTES = 256 * 1024
 
@@ -25,6 +31,18 @@ def read_log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
     return text if size <= limit else text.split("\n", 1)[-1]
 
 
+def describe_listen(listen: EngineListen, wants_network: bool = False) -> str:
+    """One line on what the server settings ask for."""
+    if listen.fixed:
+        where = "reachable from other computers" if listen.network else "this computer only"
+        return f"Port {listen.port} with your API key, {where}."
+    if wants_network:
+        return ("Network access needs an API key (Settings → App): until one is set the "
+                "engine stays on this computer, on a random port with a random key.")
+    return ("This computer only, on a random port with a new random key at each start. Set an "
+            "API key in Settings → App for a fixed address other tools can use.")
+
+
 class ServerPage(QtWidgets.QWidget):
     def __init__(self, client: EngineClient, log_dir: Path,
                  parent: QtWidgets.QWidget | None = None) -> None:
@@ -32,6 +50,7 @@ class ServerPage(QtWidgets.QWidget):
         self._client = client
         self._log_dir = log_dir
         self._reveal = False
+        self._wants_network = False
         outer = QtWidgets.QVBoxLayout(self)
         outer.setContentsMargins(28, 22, 28, 22)
         outer.setSpacing(14)
@@ -78,6 +97,10 @@ class ServerPage(QtWidgets.QWidget):
         self.example_label.setObjectName("muted")
         self.example_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         form.addRow("Try it", self.example_label)
+        self.config_label = QtWidgets.QLabel()
+        self.config_label.setObjectName("muted")
+        self.config_label.setWordWrap(True)
+        form.addRow("Settings", self.config_label)
         outer.addWidget(card)
 
         buttons = QtWidgets.QHBoxLayout()
@@ -89,6 +112,11 @@ class ServerPage(QtWidgets.QWidget):
         self.stop_button.clicked.connect(client.stop)
         for button in (self.start_button, self.restart_button, self.stop_button):
             buttons.addWidget(button)
+        self.pending_label = QtWidgets.QLabel(
+            "The server settings changed: Restart the engine to apply them.")
+        self.pending_label.setObjectName("editBanner")
+        self.pending_label.hide()
+        buttons.addWidget(self.pending_label)
         buttons.addStretch(1)
         outer.addLayout(buttons)
 
@@ -128,7 +156,9 @@ class ServerPage(QtWidgets.QWidget):
         state = c.state
         self.state_label.setText(state.value.capitalize())
         address = c.address
-        self.url_label.setText(address.url if address else "–")
+        listening = c.process.listening
+        also = " (and this computer's network addresses)" if listening and listening.network else ""
+        self.url_label.setText(address.url + also if address else "–")
         self.pid_label.setText(str(c.process.pid) if c.process.pid else "–")
         self.model_label.setText(c.model.name if c.model else "–")
         self.example_label.setText(
@@ -139,6 +169,13 @@ class ServerPage(QtWidgets.QWidget):
         self.stop_button.setEnabled(c.process.running)
         if state.running:
             self.crash_label.hide()
+        self.config_label.setText(describe_listen(c.process.listen, self._wants_network))
+        self.pending_label.setVisible(listening is not None and listening != c.process.listen)
+
+    def show_settings(self, settings: AppSettings) -> None:
+        """The server settings changed (the window has set the engine's next listening)."""
+        self._wants_network = settings.server.allow_network
+        self._update()
 
     def _show_key_text(self) -> None:
         address = self._client.address

@@ -3,6 +3,7 @@ and a guard that fails a test which leaks windows, threads or engine processes."
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -15,11 +16,13 @@ from pytestqt.exceptions import TimeoutError as QtTimeout
 from app.engine_client import EngineClient, EngineState
 from app.engine_process import EngineCommand
 from app.qt import QtWidgets
+from app.settings.controller import SettingsController
 from app.store import ChatStore
-from app.theme import LIGHT
+from app.theme import LIGHT, Palette
 from app.window import MainWindow
 from runtime.paths import user_dirs
 from runtime.settings import LoadSettings
+from runtime.user_settings import SettingsStore
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_TIMEOUT_MS = 60_000
@@ -57,17 +60,26 @@ WindowFactory = Callable[..., MainWindow]
 
 
 @pytest.fixture
-def make_window(qtbot: object, isolated_user_dirs: Path) -> Iterator[WindowFactory]:
-    """`make_window(command=None)` opens a main window over the isolated user folders.
-    command None runs the real engine (`python -m runtime.cli serve`). Every window (and its
-    store and engine) is closed after the test."""
+def make_window(qtbot: object, isolated_user_dirs: Path,
+                monkeypatch: pytest.MonkeyPatch) -> Iterator[WindowFactory]:
+    """`make_window(command=None)` opens a main window over the isolated user folders, with
+    the settings read from their `settings.toml` (as the app does at start-up). command None
+    runs the real engine (`python -m runtime.cli serve`). Every window (and its store,
+    engine, services and settings) is closed after the test."""
     opened: list[tuple[MainWindow, ChatStore]] = []
+    if not os.environ.get("HF_ENDPOINT"):
+        # Never the real Hub: the Settings page lists a library model's other quants there,
+        # and closing the window waits for that call. Nothing listens on port 9: refused.
+        monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
 
-    def factory(command: EngineCommand | None = None, show: bool = True) -> MainWindow:
+    def factory(command: EngineCommand | None = None, show: bool = True,
+                palette: Palette | None = LIGHT) -> MainWindow:
+        """palette None: the theme the settings say (applied to the app, as at start-up)."""
         dirs = user_dirs()
         store = ChatStore(dirs.chats_db, checkpoint_interval=0.2)
         client = EngineClient(command, dirs.logs)
-        window = MainWindow(client, store, dirs, LIGHT)
+        settings = SettingsController.open(SettingsStore(dirs.settings_file))
+        window = MainWindow(client, store, dirs, palette, settings=settings)
         opened.append((window, store))
         if show:
             window.show()

@@ -32,7 +32,7 @@ from runtime.events import SamplingParams, StepStats
 
 PURE_MODULES = ["app.wire", "app.chat.conversation", "app.chat.markdown", "app.chat.export",
                 "app.engine_process", "app.panels.history", "app.panels.base",
-                "tests.gui.fake_server"]
+                "tests.gui.fake_server", "app.settings.kv_notes"]
 
 
 @pytest.mark.parametrize("name", PURE_MODULES)

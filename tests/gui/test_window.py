@@ -136,8 +136,7 @@ def test_load_asks_first_when_the_plan_says_wont_fit(qtbot, make_window: WindowF
         "verdict": "wont_fit", "total": 90 << 30, "summary": "Won't fit: 90.0 GiB"})
     window = make_window(fake_command())
     picker = window.picker
-    picker.refresh()
-    picker.select(big)
+    picker.add_model(big)  # a 4-byte file is no library model: the library leaves it out
     picker.load_button.click()
     qtbot.waitUntil(lambda: picker._confirm is not None and picker._confirm.isVisible())
     assert picker.status.text() == "Won't fit: 90.0 GiB"
@@ -162,7 +161,7 @@ def test_load_with_a_plan_that_fits_goes_straight_on(qtbot, make_window: WindowF
     monkeypatch.setattr(model_picker, "plan_model", lambda settings: {
         "verdict": "cpu_only", "total": 10 << 20, "summary": "CPU only: 10 MiB"})
     window = make_window(fake_command())
-    window.picker.refresh()
+    window.picker.add_model(library / "small.gguf")
     window.picker.load_button.click()
     qtbot.waitUntil(lambda: window.client.state == EngineState.READY, timeout=30_000)
     assert window.picker._confirm is None
@@ -173,7 +172,7 @@ def test_a_file_the_planner_refuses_is_not_loaded(qtbot, make_window: WindowFact
     library.mkdir(parents=True)
     (library / "broken.gguf").write_bytes(b"GGUF")
     window = make_window(fake_command())
-    window.picker.refresh()
+    window.picker.add_model(library / "broken.gguf")
     window.picker.load_button.click()  # the real planner: a 4-byte file is no model
     qtbot.waitUntil(window.picker.load_button.isEnabled, timeout=10_000)
     assert window.client.state == EngineState.STOPPED
