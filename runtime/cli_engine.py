@@ -5,6 +5,10 @@
 
     TTFT 0.21 s · prefill 176.2 tok/s · decode 61.8 tok/s · 8 tokens (stop)
 
+With a draft (`--draft DRAFT.gguf` or `--draft ngram`) the reply is decoded speculatively
+(lossless: the same distribution as without) and the statistics add drafted and accepted
+tokens, the acceptance rate, tokens per target step, k, and predicted vs measured speedup.
+
 The reply streams to stdout; load notes and the statistics go to stderr, so
 `outrider run … > answer.txt` keeps only the answer. `MODEL` is a .gguf path or `default`
 (the default model, fetched on first use). By default the prompt goes through the model's
@@ -21,16 +25,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from runtime.engine import Engine, RequestHandle
-from runtime.errors import OutriderError
+from runtime.errors import OutriderError, SettingsError
 from runtime.events import (
     ChatMessage,
     ErrorEvent,
     Finished,
     GenerationRequest,
     SamplingParams,
+    StepStats,
     TokenEvent,
 )
-from runtime.settings import KV_CACHE_TYPES, LoadSettings
+from runtime.settings import KV_CACHE_TYPES, DraftSettings, LoadSettings
 
 # Small instruct models answer far better with a plain system message than with the
 # persona their template inserts when there is none (SmolLM2-135M: "Paris" vs. nonsense).
@@ -66,6 +71,14 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    help="V cache type (f16); a quantized V turns flash attention on")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (all cores)")
     p.add_argument("--gpu-layers", type=int, default=None, help="layers on the GPU (auto)")
+    p.add_argument("--draft", default=None, metavar="DRAFT|ngram",
+                   help="speculative decoding: a draft .gguf sharing the vocabulary, or 'ngram' "
+                        "(prompt lookup)")
+    p.add_argument("--draft-k", default="auto", metavar="auto|N",
+                   help="draft length: adaptive (auto, the default) or a fixed N")
+    p.add_argument("--verifier", default="leviathan", choices=["leviathan", "greedy_match"],
+                   help="acceptance rule: leviathan (min(1, p/q), the default) or greedy_match "
+                        "(llama.cpp's)")
 
 
 def _model_path(name: str) -> Path:
@@ -78,7 +91,32 @@ def _model_path(name: str) -> Path:
 
 def _settings(args: argparse.Namespace) -> LoadSettings:
     return LoadSettings(model_path=_model_path(args.model), n_ctx=args.ctx, type_k=args.kv_k,
-                        type_v=args.kv_v, n_threads=args.threads, gpu_layers=args.gpu_layers)
+                        type_v=args.kv_v, n_threads=args.threads, gpu_layers=args.gpu_layers,
+                        draft=_draft(args))
+
+
+def _draft(args: argparse.Namespace) -> DraftSettings:
+    if args.draft is None:
+        return DraftSettings()
+    k_text = str(args.draft_k).strip().lower()
+    if k_text == "auto":
+        k = None
+    elif k_text.isdigit():
+        k = int(k_text)
+    else:
+        raise SettingsError(f"--draft-k must be auto or a number, not {args.draft_k!r}")
+    if args.draft == "ngram":
+        return DraftSettings(kind="ngram", k=k, verifier=args.verifier)
+    return DraftSettings(kind="model", model_path=_model_path(args.draft), k=k,
+                         verifier=args.verifier)
+
+
+def _engine(args: argparse.Namespace) -> Engine:
+    if args.draft is None:
+        return Engine()
+    from runtime.speculative.speculation import Speculation
+
+    return Engine(speculation=Speculation())
 
 
 def _sampling(args: argparse.Namespace) -> SamplingParams:
@@ -87,7 +125,9 @@ def _sampling(args: argparse.Namespace) -> SamplingParams:
 
 def _load(engine: Engine, args: argparse.Namespace, err: TextIO) -> None:
     info = engine.load(_settings(args))
-    print(f"{info.name}: {info.architecture}, {info.quant}, context {info.n_ctx}", file=err)
+    draft = f", draft {info.draft}" if info.draft else ""
+    print(f"{info.name}: {info.architecture}, {info.quant}, context {info.n_ctx}{draft}",
+          file=err)
     for note in info.notes:
         print(f"note: {note}", file=err)
 
@@ -95,18 +135,23 @@ def _load(engine: Engine, args: argparse.Namespace, err: TextIO) -> None:
 def _stream(handle: RequestHandle, out: TextIO, err: TextIO) -> tuple[str, Finished]:
     """Print the reply as it comes; return its text and its Finished event."""
     parts: list[str] = []
+    step: StepStats | None = None
     try:
         for event in handle.events():
             if isinstance(event, TokenEvent) and event.text:
                 parts.append(event.text)
                 out.write(event.text)
                 out.flush()
+            elif isinstance(event, StepStats):
+                step = event
             elif isinstance(event, ErrorEvent):
                 raise _RequestFailed(event.message)
             elif isinstance(event, Finished):
                 out.write("\n")
                 out.flush()
                 print(_stats_line(event), file=err)
+                if event.speculative is not None:
+                    print(_spec_line(event, step), file=err)
                 return "".join(parts), event
     except KeyboardInterrupt:
         handle.cancel()
@@ -129,9 +174,25 @@ def _stats_line(done: Finished) -> str:
             f"({done.reason}) · prompt {u.prompt_tokens} tokens{cached}")
 
 
+def _spec_line(done: Finished, step: StepStats | None) -> str:
+    """drafted 120 · accepted 96 (80.0%) · 2.9 tokens per target step · k 4 · speedup
+    predicted 1.62× / measured 1.48×"""
+    spec = done.speculative
+    assert spec is not None
+    k = f" · k {step.k}" if step is not None and step.k else ""
+    predicted = f"{step.predicted_speedup:.2f}×" if step is not None and step.k else "n/a"
+    measured = f"{spec.measured_speedup:.2f}×" if spec.measured_speedup > 0 else "n/a"
+    line = (f"drafted {spec.drafted} · accepted {spec.accepted} ({spec.acceptance_rate:.1%}) · "
+            f"{spec.mean_accepted_length:.2f} tokens per target step{k} · speedup predicted "
+            f"{predicted} / measured {measured}")
+    if step is not None and step.drafting_off_reason:
+        line += f"\n{step.drafting_off_reason}"
+    return line
+
+
 def _run(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    engine = Engine()
+    engine = _engine(args)
     try:
         _load(engine, args, err)
         if args.raw:
@@ -148,7 +209,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _chat(args: argparse.Namespace, lines: Iterable[str] | None = None) -> int:
     out, err = sys.stdout, sys.stderr
-    engine = Engine()
+    engine = _engine(args)
     system = [ChatMessage("system", args.system)] if args.system else []
     history: list[ChatMessage] = []
     try:

@@ -16,6 +16,7 @@ from typing import Any
 
 from runtime.devices import list_devices
 from runtime.gguf_info import ModelInfo, read_model_info, read_remote_model_info
+from runtime.native import native_status
 from runtime.planner import MemoryPlan, plan_memory
 from runtime.settings import KV_CACHE_TYPES, LoadSettings
 
@@ -46,12 +47,15 @@ def run_info(args: argparse.Namespace) -> int:
     info = load_info(args.model)
     settings = LoadSettings(model_path=Path(args.model), n_ctx=_default_ctx(info))
     plan = plan_memory(info, settings, list_devices())
+    kernels = native_status()
     if args.json:
-        print(json.dumps({"model": info.to_dict(), "plan": plan.to_dict()}, indent=2))
+        print(json.dumps({"model": info.to_dict(), "plan": plan.to_dict(),
+                          "sampling_kernels": kernels}, indent=2))
     else:
         print(format_info(info))
         print()
         print(format_plan(plan, settings))
+        print(f"  sampling and verify: {kernels}")
     return 0
 
 

@@ -139,6 +139,7 @@ class Engine:
         self._steps: deque[tuple[float, StepReport, int | None]] = deque()
         self._steps_lock = threading.Lock()  # written by the engine thread, read by metrics()
         self._counts = (0, 0, 0, 0)  # active, waiting, cells used, cells total
+        self._off_reason: str | None = None  # why a running sequence's drafting is off
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -209,7 +210,7 @@ class Engine:
             prefill_tokens_per_s=prefilled / busy_prefill if busy_prefill > 0 else 0.0,
             acceptance_rate=accepted / drafted if drafted else None,
             mean_accepted_length=(accepted + rounds) / rounds if rounds else None,
-            draft_k=last_k, drafting_off_reason=None,
+            draft_k=last_k, drafting_off_reason=self._off_reason,
             kv_cells_used=used, kv_cells_total=total,
             active_sequences=active, waiting_sequences=waiting)
 
@@ -298,6 +299,8 @@ class Engine:
     def _update_counts(self, loaded: _Loaded) -> None:
         sched = loaded.scheduler
         self._counts = (len(sched.running), len(sched.waiting), sched.kv.used, sched.kv.n_cells)
+        self._off_reason = next((s.drafter.off_reason for s in sched.running
+                                 if s.drafter is not None and s.drafter.off_reason), None)
 
     def _emit(self, seq: Sequence, event: Event) -> None:
         handle = self._handles.get(seq.request_id)
@@ -362,6 +365,7 @@ class Engine:
         self._info = None
         self._template = None
         self._counts = (0, 0, 0, 0)
+        self._off_reason = None
 
     def _submit_now(self, request: GenerationRequest, handle: RequestHandle) -> None:
         loaded = self._loaded

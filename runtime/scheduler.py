@@ -335,6 +335,12 @@ class Scheduler:
             token = seq.sampler.sample(logits[entry.row], seq.tokens)
             decoded += 1
             self._accept(seq, token, from_draft=False, now=now)
+            drafter = seq.drafter
+            if (is_decode and drafter is not None and not seq.finished
+                    and drafter.off_reason != seq.spec_off_said):
+                # Drafting switched off (or back on) between rounds: say so once.
+                seq.spec_off_said = drafter.off_reason
+                self.emit(seq, self._step_stats(seq, 0, 0))
         return StepReport(decoded, prefilled, self.clock() - t0, drafted, accepted)
 
     def _verify(self, entry: _Entry, logits: np.ndarray, now: float) -> tuple[int, int]:
@@ -357,6 +363,7 @@ class Scheduler:
             if seq.finished:  # a stop string, EOS or max_tokens inside the accepted run
                 break
             self._accept(seq, token, from_draft=i < n_acc, now=now)
+        seq.spec_off_said = seq.drafter.off_reason
         self.emit(seq, self._step_stats(seq, k, n_acc))
         return k, n_acc
 

@@ -64,6 +64,7 @@ class Sequence:
     spec_drafted: int = 0
     spec_accepted: int = 0
     spec_tokens: int = 0  # tokens gained in speculative rounds (accepted + 1 each)
+    spec_off_said: str | None = None  # the drafting-off reason last sent in a StepStats
 
     @property
     def n_generated(self) -> int:

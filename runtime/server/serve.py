@@ -164,8 +164,9 @@ def _log_config(level: str) -> dict[str, Any]:
 
 def _default_engine() -> EngineAPI:
     from runtime.engine import Engine
+    from runtime.speculative.speculation import Speculation
 
-    engine: EngineAPI = Engine(plan_gpu_layers=planned_gpu_layers)
+    engine: EngineAPI = Engine(speculation=Speculation(), plan_gpu_layers=planned_gpu_layers)
     return engine
 
 

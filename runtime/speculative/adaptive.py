@@ -6,8 +6,13 @@ With per-token acceptance rate α a round drafting k tokens emits on average
 
 tokens and costs k·t_draft + t_verify(k). On a GPU verifying k + 1 tokens costs about one
 step; on a CPU it grows with k, so t_verify(k) ≈ t0 + k·t1 is fitted online from measured
-rounds (plain steps are its k = 0 points). The controller picks the k in 0..k_max with the
-best E / cost. Worked example: α = 0.8, t_draft = 2 ms, t_verify(k) = 20 + 2k ms:
+rounds. Plain steps are its k = 0 points until rounds of two different lengths have been
+measured; then the line is fitted on rounds alone and k = 0 keeps the plain step's own
+time. On a CPU a batch of 2 tokens already runs another, slower matmul kernel than a batch
+of 1, while a batch of 9 costs little more than one of 5 (SmolLM2-135M F32 on one core, from
+round times: about 47, 80 and 88 ms): a line through the plain step would overstate long
+drafts. The controller picks the k in 0..k_max with the best E / cost. Worked example:
+α = 0.8, t_draft = 2 ms, t_verify(k) = 20 + 2k ms:
 
     k = 0: 1.00 token / 20 ms  = 50 tok/s
     k = 3: 2.95 tokens / 32 ms = 92 tok/s
@@ -19,10 +24,11 @@ as failures (accepted / drafted) would underestimate α. Estimates decay exponen
 
 Auto-off: after each window of speculative rounds the *measured* rate (tokens / seconds,
 drafting included) is compared with plain decoding (measured: every `plain_every` rounds
-one plain step is timed). If drafting is slower — or the model predicts that no k > 0
-beats plain — speculation switches off with a reason, and after `probe_after` plain steps
-a probe window drafts again; each failed probe doubles the wait (up to `probe_after_max`).
-A fixed k (`fixed_k`) bypasses all of this.
+one plain step is timed). If drafting is slower by more than OFF_TOLERANCE (5%: a window of
+16 rounds and a rarely timed plain step are noisy, and a wrong switch-off costs 64 plain
+steps) — or the model predicts that no k > 0 beats plain — speculation switches off with a
+reason, and after `probe_after` plain steps a probe window drafts again; each failed probe
+doubles the wait (up to `probe_after_max`). A fixed k (`fixed_k`) bypasses all of this.
 
 Pure Python and deterministic: it sees only the numbers it is given.
 """
@@ -35,6 +41,7 @@ from typing import Literal
 from runtime.errors import SettingsError
 
 State = Literal["on", "off", "probing"]
+OFF_TOLERANCE = 0.05  # drafting must measure this much slower than plain to switch off
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -94,6 +101,8 @@ class DraftLengthController:
         self._t_plain: float | None = None  # seconds per plain step
         # decayed sums for the weighted least-squares fit t_verify(k) = t0 + k·t1
         self._sw = self._sx = self._sxx = self._sy = self._sxy = 0.0
+        self._rounds = [0.0] * 5  # the same sums over speculative rounds only (k >= 1)
+        self._rounds_slope: float | None = None
         self._window: deque[tuple[int, float]] = deque(maxlen=window)
         self.state: State = "on"
         self.off_reason: str | None = None
@@ -185,8 +194,15 @@ class DraftLengthController:
         return self._t_draft / self._t_plain
 
     def verify_cost(self, k: int) -> float:
-        """Fitted seconds to verify k drafts (a batch of k + 1 tokens)."""
-        t0, t1 = self._line()
+        """Fitted seconds to verify k drafts (a batch of k + 1 tokens); for k = 0 the plain
+        step's measured time once rounds have their own line."""
+        rounds = self._rounds_line()
+        if rounds is not None:
+            if k == 0 and self._t_plain is not None:
+                return self._t_plain
+            t0, t1 = rounds
+        else:
+            t0, t1 = self._line()
         return t0 + k * t1
 
     def predicted_rate(self, k: int) -> float:
@@ -206,6 +222,24 @@ class DraftLengthController:
         self._sxx = self._sxx * d + x * x
         self._sy = self._sy * d + y
         self._sxy = self._sxy * d + x * y
+        if x > 0:
+            r = self._rounds
+            for i, v in enumerate((1.0, x, x * x, y, x * y)):
+                r[i] = r[i] * d + v
+            w, sx, sxx, sy, sxy = r
+            mx, my = sx / w, sy / w
+            var = sxx / w - mx * mx
+            if var >= 0.05:  # k²: a real spread of lengths, not one old round decaying away
+                self._rounds_slope = max((sxy / w - mx * my) / var, 0.0)
+
+    def _rounds_line(self) -> tuple[float, float] | None:
+        """(t0, t1) fitted on rounds alone, or None until two draft lengths were measured.
+        While recent rounds all share one length the last slope seen is kept (the level
+        still follows the measurements)."""
+        w, sx, _, sy, _ = self._rounds
+        if w == 0.0 or self._rounds_slope is None:
+            return None
+        return max(sy / w - self._rounds_slope * sx / w, 1e-9), self._rounds_slope
 
     def _line(self) -> tuple[float, float]:
         if self._sw == 0.0:
@@ -224,7 +258,7 @@ class DraftLengthController:
         seconds = sum(s for _, s in self._window)
         measured = tokens / seconds if seconds > 0 else 0.0
         plain = 1.0 / self._t_plain if self._t_plain else 0.0
-        if measured < plain:
+        if measured < plain * (1.0 - OFF_TOLERANCE):
             if self.state == "probing":
                 self._probe_after = min(self._probe_after * 2, self._probe_max)
             self._switch_off(

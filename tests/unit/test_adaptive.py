@@ -137,3 +137,20 @@ def test_early_stop_and_validation() -> None:
         DraftLengthController(k_max=0)
     with pytest.raises(SettingsError):
         ctrl.record_round(drafted=2, accepted=3, t_draft=0.0, t_verify=0.0)
+
+
+def test_a_cpu_verify_cost_step_does_not_shorten_long_drafts() -> None:
+    # SmolLM2-135M F32 on one core: a plain step 47 ms, verifying 4 drafts 80 ms, 8 drafts
+    # 88 ms (a batch of 2 already runs the slower kernel). A line through the plain step
+    # would make k = 8 look 40 ms dearer than it is; rounds get their own line.
+    ctrl = DraftLengthController(k_max=8)
+    rng = np.random.default_rng(8)
+
+    def verify(k: int) -> float:
+        return 47 * MS if k == 0 else (76 + 1.5 * k) * MS
+
+    ks = _run(ctrl, 300, 0.97, 25 * MS, verify, rng)
+    assert ctrl.verify_cost(0) == pytest.approx(47 * MS, rel=0.05)
+    assert ctrl.verify_cost(8) == pytest.approx(88 * MS, rel=0.05)
+    assert _mode(ks[100:]) == 8
+

@@ -1,0 +1,298 @@
+"""Drafting with a second, smaller GGUF that shares the target's vocabulary.
+
+`DraftContext` owns the draft model and its own llama context (on the engine thread, like
+every llama.cpp object): one sequence slot per target slot (n_seq_max = n_parallel), over
+one unified KV cache as large as the target's. `DraftModel` is the per-sequence drafter.
+It keeps the draft's cache in step with the sequence's *accepted* tokens: each round it
+decodes only what the draft has not seen and removes rejected drafts with seq_rm:
+
+    round 1   sequence  … a b t          draft cache  … a b          → decode [t], draft x1 x2 x3
+              (the draft evaluated t, x1, x2; x3 was sampled but never evaluated)
+    verify    x1 accepted, y replaces x2 → sequence … a b t x1 y
+    round 2   common prefix … a b t x1: seq_rm(x2), decode [y], draft again
+    all k accepted + bonus z:  decode [x3, z] (x3 was never evaluated)
+
+At temperature > 0 each draft token is *sampled* from q_i, the final sampling distribution
+under the request's own settings (temperature, top-k, top-p, min-p; penalties from the
+accepted history plus the drafts before it), and q_i is returned for the verifier's
+min(1, p/q). At temperature 0 — and for llama.cpp's greedy-match verifier — the draft takes
+the argmax. Drafting stops early when the draft's own top probability falls below p_min.
+
+    ctx = DraftContext.load(Path("SmolLM2-135M.Q4_0.gguf"), settings)
+    drafter = DraftModel(ctx, seq.sampling, rng, Pacer(settings.draft))
+    proposal = drafter.propose(seq.tokens, k=4)     # DraftProposal(tokens, q_rows)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import llama_cpp.llama_cpp as L
+import numpy as np
+
+from runtime import native
+from runtime.events import SamplingParams
+from runtime.llama import Batch, LlamaContext, LlamaModel, supports_gpu_offload
+from runtime.llama_params import to_llama_params
+from runtime.sampling import Sampler
+from runtime.settings import DraftSettings, LoadSettings
+from runtime.speculative.compat import TokenizerFacts
+from runtime.speculative.pacing import Pacer
+from runtime.speculative_api import DraftProposal
+
+logger = logging.getLogger("outrider.speculative")
+
+_NO_DRAFT = DraftProposal(())
+_NO_KV_SLOT = 1
+
+# enum llama_vocab_type → the names TokenizerFacts uses (llama.h)
+_VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+
+
+def tokenizer_facts(model: LlamaModel) -> TokenizerFacts:
+    """A loaded model's tokenizer facts, read through llama.cpp's vocabulary API (what
+    llama.cpp's own compatibility check reads; 49k tokens take ~50 ms, the GGUF reader ~2 s).
+    """
+    vocab = model.vocab
+    kind = int(L.llama_vocab_type(vocab))
+    tokens = tuple((L.llama_vocab_get_text(vocab, t) or b"") for t in range(model.n_vocab))
+    return TokenizerFacts(
+        vocab_type=_VOCAB_TYPES.get(kind, f"type {kind}"),
+        bos_id=model.bos if model.bos >= 0 else None,
+        eos_id=model.eos if model.eos >= 0 else None,
+        add_bos=bool(L.llama_vocab_get_add_bos(vocab)),
+        add_eos=bool(L.llama_vocab_get_add_eos(vocab)),
+        tokens=tokens)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int], start: int) -> int:
+    """Length of the common prefix of a and b, knowing the first `start` items agree."""
+    n = min(len(a), len(b))
+    i = min(start, n)
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class DraftContext:
+    """The draft model and its context, shared by the sequences of one loaded target.
+
+    Each slot remembers the tokens its cells hold, so a new sequence takes the free slot
+    with the longest common prefix (a chat's next turn, the same prompt again) and decodes
+    only the rest."""
+
+    def __init__(self, model: LlamaModel, ctx: LlamaContext) -> None:
+        self.model = model
+        self.ctx = ctx
+        self.batch = Batch(ctx.n_batch)
+        self._seen: list[list[int]] = [[] for _ in range(ctx.n_seq_max)]
+        self._busy = [False] * ctx.n_seq_max
+
+    @classmethod
+    def load(cls, path: Path, settings: LoadSettings) -> DraftContext:
+        """Load `path` as a draft for a target loaded with `settings`: the same context
+        length, slots, threads and cache types; on a GPU build every layer offloaded (a
+        draft is small) unless the user keeps the target on the CPU (gpu_layers 0)."""
+        on_gpu = supports_gpu_offload() and settings.gpu_layers != 0
+        draft_settings = dataclasses.replace(settings, model_path=path, gpu_layers=None,
+                                             draft=DraftSettings())
+        params = to_llama_params(draft_settings, 999 if on_gpu else 0)
+        model = LlamaModel.load(path, params)
+        try:
+            ctx = LlamaContext(model, params)
+        except BaseException:
+            model.close()
+            raise
+        return cls(model, ctx)
+
+    @property
+    def name(self) -> str:
+        return self.model.path.stem
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.model.close()
+
+    # ---- slots ------------------------------------------------------------------------
+
+    def acquire(self, tokens: Sequence[int]) -> int | None:
+        """A free slot for a sequence starting with `tokens` (the best cached prefix)."""
+        best, best_len = None, -1
+        for slot, busy in enumerate(self._busy):
+            if busy:
+                continue
+            n = _common_prefix(self._seen[slot], tokens, 0)
+            if n > best_len:
+                best, best_len = slot, n
+        if best is not None:
+            self._busy[best] = True
+        return best
+
+    def release(self, slot: int) -> None:
+        """The slot is free again; its cells stay as a prefix cache until space is needed."""
+        self._busy[slot] = False
+
+    def _evict_idle(self) -> bool:
+        freed = False
+        for slot, busy in enumerate(self._busy):
+            if not busy and self._seen[slot]:
+                self.ctx.seq_rm(slot, 0, -1)
+                self._seen[slot] = []
+                freed = True
+        return freed
+
+    # ---- decoding ---------------------------------------------------------------------
+
+    def sync(self, slot: int, tokens: Sequence[int], known: int = 0) -> tuple[np.ndarray, int] | None:
+        """Make the slot hold exactly `tokens` and return the logits after the last one,
+        and how many tokens had to be decoded. `known`: the first `known` tokens are known
+        to match what the slot holds. None when llama.cpp could not decode."""
+        seen = self._seen[slot]
+        m = min(_common_prefix(seen, tokens, known), len(tokens) - 1)
+        if m < len(seen):
+            self.ctx.seq_rm(slot, m, -1)
+            del seen[m:]
+        todo = list(tokens[m:])
+        row = self._decode(slot, todo, m)
+        return None if row is None else (row, len(todo))
+
+    def step(self, slot: int, token: int) -> np.ndarray | None:
+        """Evaluate one drafted token; the logits after it."""
+        return self._decode(slot, [token], len(self._seen[slot]))
+
+    def _decode(self, slot: int, tokens: list[int], pos0: int) -> np.ndarray | None:
+        batch, seen = self.batch, self._seen[slot]
+        cap = batch.capacity
+        for start in range(0, len(tokens), cap):
+            chunk = tokens[start:start + cap]
+            last = start + cap >= len(tokens)
+            for attempt in range(2):
+                batch.clear()
+                batch.add_tokens(chunk, pos0 + start, slot, last)
+                rc = self.ctx.decode(batch)
+                if rc == 0:
+                    break
+                if not (rc == _NO_KV_SLOT and attempt == 0 and self._evict_idle()):
+                    logger.debug("the draft context could not decode (code %d)", rc)
+                    return None
+            seen.extend(chunk)
+        return self.ctx.logits(1)[0]
+
+
+class DraftModel:
+    """The per-sequence drafter over a shared `DraftContext` (see the module doc).
+
+    `rng` draws the draft's own samples (a child of the sequence's seeded generator, so a
+    seeded reply is reproducible); `greedy` drafts the argmax even at temperature > 0 (for
+    llama.cpp's greedy-match verifier)."""
+
+    def __init__(self, context: DraftContext, params: SamplingParams, rng: np.random.Generator,
+                 pacer: Pacer, *, greedy: bool = False) -> None:
+        self.context = context
+        self.params = params
+        self.sampler = Sampler(params, None)
+        self.sampler.rng = rng
+        self.pacer = pacer
+        self.greedy = greedy or params.greedy
+        self._slot: int | None = None
+        self._known = 0  # tokens of the sequence the draft's cache is known to hold
+        self.cost_ratio = 0.0
+        self.measured_speedup = 0.0
+        self.off_reason: str | None = None
+
+    def _publish(self) -> None:
+        """The Drafter protocol's statistics, as plain attributes the scheduler reads."""
+        self.cost_ratio = self.pacer.cost_ratio
+        self.measured_speedup = self.pacer.measured_speedup
+        self.off_reason = self.pacer.off_reason
+
+    def propose(self, seq_tokens: Sequence[int], k: int) -> DraftProposal:
+        proposal = self._propose(seq_tokens, k)
+        self._publish()
+        return proposal
+
+    def _propose(self, seq_tokens: Sequence[int], k: int) -> DraftProposal:
+        k = self.pacer.start(k)
+        if k <= 0:
+            self.pacer.proposed(0)
+            return _NO_DRAFT
+        ctx = self.context
+        if self._slot is None:
+            self._slot = ctx.acquire(seq_tokens)
+            self._known = 0
+        if self._slot is None:
+            self.pacer.proposed(0)
+            return _NO_DRAFT
+        t0 = self.pacer.clock()
+        synced = ctx.sync(self._slot, seq_tokens, self._known)
+        if synced is None:
+            self.pacer.proposed(0)
+            return _NO_DRAFT
+        logits, n_decoded = synced
+        # A round's own catch-up is one or two tokens; more is a prompt (or a stretch of
+        # plain steps) being prefilled once, not the price of drafting.
+        one_off = self.pacer.clock() - t0 if n_decoded > 2 else 0.0
+        self._known = len(seq_tokens)
+        tokens, q_rows = self._draft(seq_tokens, logits, k)
+        self.pacer.proposed(len(tokens), one_off)
+        if not tokens:
+            return _NO_DRAFT
+        return DraftProposal(tuple(tokens), np.stack(q_rows) if q_rows else None)
+
+    def _draft(self, seq_tokens: Sequence[int], logits: np.ndarray,
+               k: int) -> tuple[list[int], list[np.ndarray]]:
+        params, sampler = self.params, self.sampler
+        history = list(seq_tokens[-params.penalty_last_n:]) if sampler.penalised else []
+        tokens: list[int] = []
+        q_rows: list[np.ndarray] = []
+        model = self.context.model
+        check = self.pacer.controller.p_min > 0.0
+        assert self._slot is not None
+        for i in range(k):
+            if params.greedy:
+                x = sampler.sample(logits, history)
+                top = _top_probability(sampler.penalise(logits, history)) if check else 1.0
+                q = None
+            else:
+                q = sampler.distribution(logits, history)
+                x = int(np.argmax(q)) if self.greedy else native.sample(q, sampler.uniform())
+                top = float(q.max())
+            if not self.pacer.keep_drafting(top):
+                break
+            tokens.append(x)
+            if q is not None:
+                q_rows.append(q)
+            if i == k - 1 or (model.is_eog(x) and not params.ignore_eos):
+                break
+            if sampler.penalised:
+                history.append(x)
+            row = self.context.step(self._slot, x)
+            if row is None:
+                break
+            logits = row
+        return tokens, q_rows
+
+    def observe(self, drafted: int, accepted: int, seconds: float) -> None:
+        self.pacer.observe(drafted, accepted)
+        self._publish()
+
+    def close(self) -> None:
+        if self._slot is not None:
+            self.context.release(self._slot)
+            self._slot = None
+        self._known = 0
+        self.pacer.reset()
+
+
+def _top_probability(logits: np.ndarray) -> float:
+    """The largest probability of softmax(logits) at temperature 1 (the draft's confidence
+    when it drafts greedily)."""
+    m = float(logits.max())
+    if not np.isfinite(m):
+        return 0.0
+    # Logits 20 below the maximum add under 2e-9 each: skip them (exp over 49k is the cost).
+    near = logits[logits >= m - 20.0].astype(np.float64)
+    return 1.0 / float(np.exp(near - m).sum())
