@@ -27,8 +27,15 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# The GUI tests run one file per process: each file opens many windows with their own
+# threads and engine processes, and a fresh process keeps one file's leftovers (a late
+# deferred delete, a thread's last queued signal) from ever landing in another file's test.
 pytest: $(STAMP) model
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(PYTEST_ARGS)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest --ignore=tests/gui $(PYTEST_ARGS)
+	@for f in tests/gui/test_*.py; do \
+	  echo "== $$f"; \
+	  QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -p no:cacheprovider $$f $(PYTEST_ARGS) || exit 1; \
+	done
 
 test: lint pytest
 

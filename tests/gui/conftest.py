@@ -3,6 +3,7 @@ and a guard that fails a test which leaks windows, threads or engine processes."
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
@@ -15,7 +16,7 @@ from pytestqt.exceptions import TimeoutError as QtTimeout
 
 from app.engine_client import EngineClient, EngineState
 from app.engine_process import EngineCommand
-from app.qt import QtWidgets
+from app.qt import QtCore, QtWidgets
 from app.settings.controller import SettingsController
 from app.store import ChatStore
 from app.theme import LIGHT, Palette
@@ -93,6 +94,10 @@ def make_window(qtbot: object, isolated_user_dirs: Path,
         window.deleteLater()
         store.close()
         assert window.runner._thread.isFinished()
+    # Destroy the closed windows now, inside this test, rather than whenever the next test
+    # happens to spin the event loop: a late deferred delete must not land in another test.
+    QtCore.QCoreApplication.sendPostedEvents(None, QtCore.QEvent.Type.DeferredDelete)
+    gc.collect()
 
 
 def load(qtbot: object, window: MainWindow, model: Path, n_ctx: int = 2048) -> None:
