@@ -455,7 +455,8 @@ def test_load_status_metrics_unload_on_the_real_engine(tiny_target: Path, models
             status = http.get("/api/status").json()
             assert status["state"] == "ready" and status["plan"] == plan
             assert status["kv_cells_total"] >= 512
-            reply = http.post("/v1/completions", json={"prompt": "Hello there", "max_tokens": 3})
+            reply = http.post("/v1/completions", json={"prompt": "Hello there", "max_tokens": 3,
+                                                         "temperature": 0})
             assert reply.json()["usage"]["completion_tokens"] == 3
             metrics = http.get("/api/metrics").json()
             assert metrics["devices"][-1]["planned"]["weights"] > 0
