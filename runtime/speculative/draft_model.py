@@ -40,7 +40,7 @@ from runtime.llama_params import to_llama_params
 from runtime.sampling import Sampler
 from runtime.settings import DraftSettings, LoadSettings
 from runtime.speculative.compat import TokenizerFacts
-from runtime.speculative.pacing import Pacer
+from runtime.speculative.pacing import PacedDrafter, Pacer
 from runtime.speculative_api import DraftProposal
 
 logger = logging.getLogger("outrider.speculative")
@@ -182,7 +182,7 @@ class DraftContext:
         return self.ctx.logits(1)[0]
 
 
-class DraftModel:
+class DraftModel(PacedDrafter):
     """The per-sequence drafter over a shared `DraftContext` (see the module doc).
 
     `rng` draws the draft's own samples (a child of the sequence's seeded generator, so a
@@ -195,19 +195,10 @@ class DraftModel:
         self.params = params
         self.sampler = Sampler(params, None)
         self.sampler.rng = rng
-        self.pacer = pacer
+        super().__init__(pacer)
         self.greedy = greedy or params.greedy
         self._slot: int | None = None
         self._known = 0  # tokens of the sequence the draft's cache is known to hold
-        self.cost_ratio = 0.0
-        self.measured_speedup = 0.0
-        self.off_reason: str | None = None
-
-    def _publish(self) -> None:
-        """The Drafter protocol's statistics, as plain attributes the scheduler reads."""
-        self.cost_ratio = self.pacer.cost_ratio
-        self.measured_speedup = self.pacer.measured_speedup
-        self.off_reason = self.pacer.off_reason
 
     def propose(self, seq_tokens: Sequence[int], k: int) -> DraftProposal:
         proposal = self._propose(seq_tokens, k)

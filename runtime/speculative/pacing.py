@@ -169,3 +169,19 @@ class Pacer:
         self._learned += 1
         self.stats.record_round(k=cycle.drafted, drafted=cycle.drafted, accepted=cycle.accepted,
                                 seconds=total, t_draft=ctl.t_draft, t_plain=ctl.t_plain)
+
+
+class PacedDrafter:
+    """The Drafter protocol's statistics, published from a `Pacer` as the plain attributes
+    the scheduler reads. Both drafters (prompt lookup, draft model) share it."""
+
+    def __init__(self, pacer: Pacer) -> None:
+        self.pacer = pacer
+        self.cost_ratio = 0.0
+        self.measured_speedup = 0.0
+        self.off_reason: str | None = None
+
+    def _publish(self) -> None:
+        self.cost_ratio = self.pacer.cost_ratio
+        self.measured_speedup = self.pacer.measured_speedup
+        self.off_reason = self.pacer.off_reason

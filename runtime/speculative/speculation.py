@@ -35,7 +35,7 @@ from runtime.sampling import Sampler
 from runtime.settings import DraftSettings, LoadSettings
 from runtime.speculative.compat import check_draft_compat
 from runtime.speculative.draft_model import DraftContext, DraftModel, tokenizer_facts
-from runtime.speculative.pacing import CostMemory, Pacer
+from runtime.speculative.pacing import CostMemory, PacedDrafter, Pacer
 from runtime.speculative.prompt_lookup import PromptLookup
 from runtime.speculative_api import DraftProposal, SpecSetup, Verdict
 from runtime.verify import VerifyMode
@@ -124,24 +124,15 @@ def _padded(q: np.ndarray, width: int) -> np.ndarray:
     return out
 
 
-class NgramDrafter:
+class NgramDrafter(PacedDrafter):
     """Prompt lookup for one sequence (implements speculative_api.Drafter). Keeps the
     sequence's tokens in a growing int32 buffer, so a lookup costs no list conversion."""
 
     def __init__(self, lookup: PromptLookup, pacer: Pacer) -> None:
         self.lookup = lookup
-        self.pacer = pacer
+        super().__init__(pacer)
         self._buf = np.zeros(256, dtype=np.int32)
         self._n = 0
-        self.cost_ratio = 0.0
-        self.measured_speedup = 0.0
-        self.off_reason: str | None = None
-
-    def _publish(self) -> None:
-        """The Drafter protocol's statistics, as plain attributes the scheduler reads."""
-        self.cost_ratio = self.pacer.cost_ratio
-        self.measured_speedup = self.pacer.measured_speedup
-        self.off_reason = self.pacer.off_reason
 
     def propose(self, seq_tokens: Sequence[int], k: int) -> DraftProposal:
         k = self.pacer.start(k)
