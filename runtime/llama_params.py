@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import psutil
+
 from runtime.settings import LoadSettings
 
 # ggml_type ids (ggml.h) of the KV cache types Outrider offers.
@@ -72,10 +74,25 @@ class LlamaParams:
 
 
 def default_threads(cpu_count: int | None = None) -> int:
-    """Threads for generation when the user chose none: every logical core, as llama-bench
-    does by default here (`os.cpu_count()`), at least 1."""
-    n = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
-    return max(1, n)
+    """Threads for generation when the user chose none: one per *physical* core, at least 1.
+
+    This is llama.cpp's own default (common's `cpu_get_num_math` → physical cores, found
+    from the distinct thread-sibling sets). ggml splits each op's rows evenly between its
+    threads and waits for all of them at a barrier before the next op; two threads on
+    hyperthread siblings share one core's vector units, so each finishes its share late and
+    every other thread waits at the barrier. An 8-core, 16-thread CPU therefore gets 8, not
+    16. (On hybrid Intel CPUs llama.cpp also leaves out the efficiency cores; psutil cannot
+    tell them apart, so there every core counts.)
+
+    `cpu_count` replaces the detected number (tests). Without a physical count (psutil
+    returns None on some platforms and in some containers) the logical count is used.
+
+    >>> default_threads(cpu_count=4)
+    4
+    """
+    if cpu_count is None:
+        cpu_count = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    return max(1, cpu_count)
 
 
 def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, *,

@@ -12,7 +12,8 @@ process, so a cancel is a kill and an abort inside llama.cpp cannot take the cal
     quantize(Path("m.F16.gguf"), Path("m.Q4_K_M.gguf"), recipe, on_progress=print)
 
 The output is written under a temporary name in the destination folder and renamed into
-place only when llama.cpp reports success; a cancelled or failed run leaves nothing behind.
+place only when llama.cpp reports success (`runtime.atomic_file`); a cancelled or failed run
+leaves nothing behind, and the result has the user's normal file mode (0o666 & ~umask).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import queue
 import re
 import subprocess
 import sys
-import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from runtime.atomic_file import atomic_output
 from runtime.errors import (
     CorruptModel,
     ImatrixError,
@@ -297,17 +298,12 @@ def quantize(
         raise ImatrixError(f"No importance matrix file at {recipe.imatrix}")
     plan = plan_quantization(recipe, types)
 
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=".partial-", suffix=".gguf", dir=dst.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    # llama.cpp rewrites the placeholder in place (std::ofstream truncates, keeping its mode),
+    # so the result gets the user's normal file mode, not a temporary file's 0o600.
+    with atomic_output(dst, prefix=".partial-", suffix=".gguf") as tmp:
         _run_worker(src, tmp, plan, on_progress, cancel_event)
         if cancel_event is not None and cancel_event.is_set():
             raise QuantizeCancelled("Quantization cancelled; nothing was written")
-        os.replace(tmp, dst)
-    finally:
-        tmp.unlink(missing_ok=True)
     return dst
 
 

@@ -22,12 +22,11 @@ for tools). Pure functions over the plain conversation objects.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from app.chat.conversation import Conversation, Message, MessageTree
+from runtime.atomic_file import atomic_output
 
 FORMAT_VERSION = 1
 
@@ -86,15 +85,10 @@ def footer_text(stats: dict[str, Any]) -> str:
 
 
 def write_text_atomically(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder, so a failed export leaves no half file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".export-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    """Write via a temporary file in the same folder, so a failed export leaves no half file
+    (and, unlike mkstemp's 0o600, the export gets the user's normal file mode)."""
+    with atomic_output(path, prefix=".export-") as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def export_conversation(conv: Conversation, tree: MessageTree, path: Path) -> None:

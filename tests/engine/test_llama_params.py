@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import psutil
 import pytest
 
 from runtime.llama_params import (
@@ -13,6 +15,7 @@ from runtime.llama_params import (
     GGML_TYPE_IDS,
     LOAD_MODE_MMAP,
     LOAD_MODE_NONE,
+    default_threads,
     to_llama_params,
 )
 from runtime.settings import KV_CACHE_TYPES, LoadSettings
@@ -70,3 +73,32 @@ def test_threads_parallel_and_mmap() -> None:
     p = to_llama_params(s)
     assert (p.n_threads, p.n_threads_batch, p.n_seq_max, p.load_mode) == (3, 5, 8, LOAD_MODE_NONE)
     assert to_llama_params(LoadSettings(model_path=MODEL, n_threads=3)).n_threads_batch == 3
+
+
+def fake_cpus(monkeypatch: pytest.MonkeyPatch, cores: int | None, threads: int | None) -> None:
+    """A machine with `cores` physical cores and `threads` logical ones (None: unknown)."""
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: threads if logical else cores)
+    monkeypatch.setattr(os, "cpu_count", lambda: threads)
+
+
+def test_default_threads_are_one_per_physical_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """8 cores with hyperthreading (16 logical): 8 threads, as llama.cpp itself picks."""
+    fake_cpus(monkeypatch, cores=8, threads=16)
+    assert default_threads() == 8
+    p = to_llama_params(LoadSettings(model_path=MODEL))
+    assert (p.n_threads, p.n_threads_batch) == (8, 8)
+
+
+@pytest.mark.parametrize(("cores", "threads", "expected"), [
+    (None, 6, 6),     # no physical count (some containers): the logical one
+    (None, None, 1),  # nothing known: one thread
+])
+def test_default_threads_fall_back(monkeypatch: pytest.MonkeyPatch, cores: int | None,
+                                   threads: int | None, expected: int) -> None:
+    fake_cpus(monkeypatch, cores, threads)
+    assert default_threads() == expected
+
+
+def test_default_threads_override_and_floor() -> None:
+    assert default_threads(cpu_count=3) == 3
+    assert default_threads(cpu_count=0) == 1

@@ -8,6 +8,9 @@ SmolLM2 in benchmarks/quality_table.py).
 
 from __future__ import annotations
 
+import os
+import stat
+import sys
 import threading
 from pathlib import Path
 
@@ -115,6 +118,20 @@ def test_progress_counts_every_tensor(tiny_target: Path, tmp_path: Path) -> None
     assert [p.done for p in seen] == list(range(1, n + 1))
     assert {p.total for p in seen} == {n} and seen[-1].fraction == 1.0
     assert {p.tensor for p in seen} == set(read_tensor_types(tiny_target))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_the_result_has_the_users_normal_file_mode(tiny_target: Path, tmp_path: Path,
+                                                   umask: int) -> None:
+    """0o666 & ~umask, like any file the user makes — not a temporary file's private 0o600."""
+    old = os.umask(umask)
+    try:
+        out = quantize(tiny_target, tmp_path / "m.gguf", QuantRecipe("Q8_0"))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir()] == ["m.gguf"]
 
 
 def test_requantize_is_refused_without_the_flag(made: dict[str, Path], tmp_path: Path) -> None:

