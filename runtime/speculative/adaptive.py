@@ -6,29 +6,35 @@ With per-token acceptance rate α a round drafting k tokens emits on average
 
 tokens and costs k·t_draft + t_verify(k). On a GPU verifying k + 1 tokens costs about one
 step; on a CPU it grows with k, so t_verify(k) ≈ t0 + k·t1 is fitted online from measured
-rounds. Plain steps are its k = 0 points until rounds of two different lengths have been
-measured; then the line is fitted on rounds alone and k = 0 keeps the plain step's own
-time. On a CPU a batch of 2 tokens already runs another, slower matmul kernel than a batch
-of 1, while a batch of 9 costs little more than one of 5 (SmolLM2-135M F32 on one core, from
-round times: about 47, 80 and 88 ms): a line through the plain step would overstate long
-drafts. The controller picks the k in 0..k_max with the best E / cost. Worked example:
-α = 0.8, t_draft = 2 ms, t_verify(k) = 20 + 2k ms:
+rounds — rounds only: on a CPU a batch of 2 tokens already runs another, slower matmul kernel
+than a batch of 1, so a line through the plain step would overstate long drafts (SmolLM2-135M
+F32 on one core: a plain step 38 ms, verifying 1, 4, 8 and 16 drafts 45, 54, 65 and 86 ms).
+The controller picks the k in 0..k_max with the best E / cost. Worked example: α = 0.8,
+t_draft = 2 ms, t_verify(k) = 20 + 2k ms:
 
     k = 0: 1.00 token / 20 ms  = 50 tok/s
     k = 3: 2.95 tokens / 32 ms = 92 tok/s
     k = 6: 3.95 tokens / 44 ms = 90 tok/s          → k = 4 (93 tok/s) wins
 
+Learning: a fresh controller drafts k_max, times one plain step, drafts k_max / 2 and k_max
+again (`learning_plan`): two draft lengths far apart give the verify line a slope at once,
+and the plain step is the yardstick for everything else. Starting long costs one round of
+wasted drafts when the draft is poor; starting short took twenty rounds to climb to a good
+draft's best k.
+
 α is estimated per drafted token: a round that accepted a of d drafts is a successes and
 (a < d) one failure; tokens after the first rejection were never judged, so counting them
-as failures (accepted / drafted) would underestimate α. Estimates decay exponentially.
+as failures (accepted / drafted) would underestimate α. The estimate forgets per trial
+(`ALPHA_MEMORY` ≈ the last 100 judged drafts), so short and long rounds weigh alike. Near
+its best the rate is flat in k (α = 0.97: k = 6 and 8 differ by 2%), and a noisy α would
+make k jump about; a new k is taken only when it predicts `SWITCH_GAIN` (2%) more.
 
-Auto-off: after each window of speculative rounds the *measured* rate (tokens / seconds,
-drafting included) is compared with plain decoding (measured: every `plain_every` rounds
-one plain step is timed). If drafting is slower by more than OFF_TOLERANCE (5%: a window of
-16 rounds and a rarely timed plain step are noisy, and a wrong switch-off costs 64 plain
-steps) — or the model predicts that no k > 0 beats plain — speculation switches off with a
-reason, and after `probe_after` plain steps a probe window drafts again; each failed probe
-doubles the wait (up to `probe_after_max`). A fixed k (`fixed_k`) bypasses all of this.
+Auto-off: speculation switches off, with a reason, when no k > 0 is predicted within
+`OFF_TOLERANCE` (5%) of plain decoding, or when a window of rounds *measured* (drafting
+included) more than that below plain (every `plain_every` rounds one plain step is timed).
+After `probe_after` plain steps a probe forgets α (back to the prior) and drafts
+`PROBE_ROUNDS` rounds; if the model then still prefers plain, speculation stays off and
+the wait doubles (up to `probe_after_max`). A fixed k (`fixed_k`) bypasses all of this.
 
 Pure Python and deterministic: it sees only the numbers it is given.
 """
@@ -40,8 +46,11 @@ from typing import Literal
 
 from runtime.errors import SettingsError
 
-State = Literal["on", "off", "probing"]
-OFF_TOLERANCE = 0.05  # drafting must measure this much slower than plain to switch off
+State = Literal["learning", "on", "off", "probing"]
+OFF_TOLERANCE = 0.05  # drafting must be this much slower than plain to switch off
+SWITCH_GAIN = 0.02  # a new k must predict this much more than the current one
+ALPHA_MEMORY = 0.99  # per judged draft: α remembers about the last 100
+PROBE_ROUNDS = 4
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -55,6 +64,15 @@ def expected_tokens(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
+def learning_plan(k_max: int) -> tuple[int, ...]:
+    """The first steps of a fresh controller (0 = the plain step).
+
+    >>> learning_plan(8)
+    (8, 0, 4, 8)
+    """
+    return (k_max, 0, max(1, k_max // 2), k_max)
+
+
 class DraftLengthController:
     """Chooses k for each round from measured acceptance and costs; see the module doc.
 
@@ -63,6 +81,7 @@ class DraftLengthController:
     k was 0, runs a plain step and reports `record_plain(seconds)`.
 
     Attributes:
+        state: "learning", "on", "off" (plain steps only) or "probing".
         off_reason: why speculation is off now (None while on or probing).
     """
 
@@ -88,25 +107,28 @@ class DraftLengthController:
         self.k_max = k_max
         self.fixed_k = fixed_k
         self.p_min = p_min
-        self._decay = decay
+        self._decay = decay  # per round, for the cost estimates
         self._window_size = window
         self._plain_every = plain_every
         self._probe_base = probe_after
         self._probe_max = probe_after_max
         self._probe_after = probe_after
-        # α as decayed successes / trials, starting from a weak prior of 4 trials
-        self._succ = 4.0 * alpha_prior
-        self._trials = 4.0
+        self._prior = alpha_prior
+        self._succ = self._trials = 0.0
+        self._forget_alpha()
         self._t_draft: float | None = None  # seconds per drafted token
         self._t_plain: float | None = None  # seconds per plain step
-        # decayed sums for the weighted least-squares fit t_verify(k) = t0 + k·t1
-        self._sw = self._sx = self._sxx = self._sy = self._sxy = 0.0
-        self._rounds = [0.0] * 5  # the same sums over speculative rounds only (k >= 1)
-        self._rounds_slope: float | None = None
+        # decayed sums (w, Σk, Σk², Σt, Σk·t) over rounds for t_verify(k) = t0 + k·t1
+        self._rounds = [0.0] * 5
+        self._slope: float | None = None
         self._window: deque[tuple[int, float]] = deque(maxlen=window)
-        self.state: State = "on"
+        self.state: State = "learning" if fixed_k is None else "on"
         self.off_reason: str | None = None
+        self._plan = list(learning_plan(k_max))
+        self._k = k_max  # the current choice, kept unless another k is clearly better
         self._plain_left = 0  # plain steps still to run while off
+        self._probe_left = 0  # probe rounds still to run
+        self._back_from_probe = False  # on again after a probe, no window judged yet
         self._since_plain = 0
 
     # ---- what the engine asks --------------------------------------------------------
@@ -115,23 +137,34 @@ class DraftLengthController:
         """Draft length for the coming round; 0 means a plain step (no drafting)."""
         if self.fixed_k is not None:
             return self.fixed_k
+        if self.state == "learning":
+            if self._plan:
+                return self._plan.pop(0)
+            self.state = "on"
         if self.state == "off":
             if self._plain_left > 0:
                 self._plain_left -= 1
                 return 0
             self.state = "probing"
+            self._probe_left = PROBE_ROUNDS
+            self._forget_alpha()
             self._window.clear()
-        if self._t_plain is None and self._sw > 0.0:
-            return 0  # time one plain step early: the yardstick for everything else
-        if self._since_plain >= self._plain_every:
-            return 0  # refresh the plain-step time now and then
-        if self._t_draft is None or self._sw == 0.0:
-            return min(4, self.k_max)  # nothing measured yet: a moderate start
-        best = self.best_k()
-        if best == 0 and self.state == "on":
+        if self.state == "probing":
+            if self._probe_left > 0:
+                self._probe_left -= 1
+                return self._choose(positive=True)
+            if self._choose() == 0:
+                self._probe_after = min(self._probe_after * 2, self._probe_max)
+                self._switch_off(self._predicted_reason())
+                return self.next_k()
+            self._come_back_on()
+        if self._t_plain is None or self._since_plain >= self._plain_every:
+            return 0  # (re)time a plain step: the yardstick for everything else
+        k = self._choose()
+        if k == 0:
             self._switch_off(self._predicted_reason())
             return self.next_k()
-        return max(best, 1)
+        return k
 
     def keep_drafting(self, top_prob: float) -> bool:
         """Early stop: draft the next token only while the draft's own top probability is
@@ -149,15 +182,17 @@ class DraftLengthController:
         if drafted == 0:  # the drafter gave up at once: the target ran a plain step
             self.record_plain(t_verify + t_draft)
             return
+        judged = accepted + (1 if accepted < drafted else 0)
+        forget = ALPHA_MEMORY ** judged
+        self._succ = self._succ * forget + accepted
+        self._trials = self._trials * forget + judged
         d = self._decay
-        self._succ = self._succ * d + accepted
-        self._trials = self._trials * d + accepted + (1 if accepted < drafted else 0)
         per_token = t_draft / drafted
         self._t_draft = per_token if self._t_draft is None else \
             self._t_draft * d + per_token * (1.0 - d)
         self._fit(drafted, t_verify)
         self._since_plain += 1
-        if self.fixed_k is not None:
+        if self.fixed_k is not None or self.state != "on":
             return
         self._window.append((accepted + 1, t_draft + t_verify))
         if len(self._window) == self._window_size and self._t_plain is not None:
@@ -168,7 +203,6 @@ class DraftLengthController:
         d = self._decay
         self._t_plain = seconds if self._t_plain is None else \
             self._t_plain * d + seconds * (1.0 - d)
-        self._fit(0, seconds)
         self._since_plain = 0
 
     # ---- the model -------------------------------------------------------------------
@@ -195,15 +229,15 @@ class DraftLengthController:
 
     def verify_cost(self, k: int) -> float:
         """Fitted seconds to verify k drafts (a batch of k + 1 tokens); for k = 0 the plain
-        step's measured time once rounds have their own line."""
-        rounds = self._rounds_line()
-        if rounds is not None:
-            if k == 0 and self._t_plain is not None:
-                return self._t_plain
-            t0, t1 = rounds
-        else:
-            t0, t1 = self._line()
-        return t0 + k * t1
+        step's own time. Until rounds of two lengths are measured the line is flat (as on
+        a GPU) through the rounds seen."""
+        if k == 0 and self._t_plain is not None:
+            return self._t_plain
+        w, sx, _, sy, _ = self._rounds
+        if w == 0.0:
+            return self._t_plain or 0.0
+        slope = self._slope or 0.0
+        return max(sy / w - slope * sx / w, 1e-9) + k * slope
 
     def predicted_rate(self, k: int) -> float:
         """Expected tokens per second when drafting k."""
@@ -215,41 +249,32 @@ class DraftLengthController:
         rates = [self.predicted_rate(k) for k in range(self.k_max + 1)]
         return max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
 
+    def _choose(self, *, positive: bool = False) -> int:
+        """The k to draft: the current one unless another predicts SWITCH_GAIN more; 0 when
+        no k > 0 comes within OFF_TOLERANCE of plain (never, when `positive`)."""
+        rates = [self.predicted_rate(k) for k in range(self.k_max + 1)]
+        best = max(range(1, self.k_max + 1), key=lambda k: (rates[k], -k))
+        if not positive and rates[best] < rates[0] * (1.0 - OFF_TOLERANCE):
+            return 0
+        if rates[min(self._k, self.k_max)] < rates[best] * (1.0 - SWITCH_GAIN):
+            self._k = best
+        return self._k
+
     def _fit(self, x: int, y: float) -> None:
         d = self._decay
-        self._sw = self._sw * d + 1.0
-        self._sx = self._sx * d + x
-        self._sxx = self._sxx * d + x * x
-        self._sy = self._sy * d + y
-        self._sxy = self._sxy * d + x * y
-        if x > 0:
-            r = self._rounds
-            for i, v in enumerate((1.0, x, x * x, y, x * y)):
-                r[i] = r[i] * d + v
-            w, sx, sxx, sy, sxy = r
-            mx, my = sx / w, sy / w
-            var = sxx / w - mx * mx
-            if var >= 0.05:  # k²: a real spread of lengths, not one old round decaying away
-                self._rounds_slope = max((sxy / w - mx * my) / var, 0.0)
+        r = self._rounds
+        for i, v in enumerate((1.0, x, x * x, y, x * y)):
+            r[i] = r[i] * d + v
+        w, sx, sxx, sy, sxy = r
+        mx, my = sx / w, sy / w
+        var = sxx / w - mx * mx
+        if var >= 0.05:  # k²: a real spread of lengths, not one old round decaying away
+            # noise must not make longer batches look cheaper: the slope is at least 0
+            self._slope = max((sxy / w - mx * my) / var, 0.0)
 
-    def _rounds_line(self) -> tuple[float, float] | None:
-        """(t0, t1) fitted on rounds alone, or None until two draft lengths were measured.
-        While recent rounds all share one length the last slope seen is kept (the level
-        still follows the measurements)."""
-        w, sx, _, sy, _ = self._rounds
-        if w == 0.0 or self._rounds_slope is None:
-            return None
-        return max(sy / w - self._rounds_slope * sx / w, 1e-9), self._rounds_slope
-
-    def _line(self) -> tuple[float, float]:
-        if self._sw == 0.0:
-            return 0.0, 0.0
-        mx, my = self._sx / self._sw, self._sy / self._sw
-        var = self._sxx / self._sw - mx * mx
-        # one distinct k so far: no slope to see yet; assume flat (GPU-like) until shown
-        slope = (self._sxy / self._sw - mx * my) / var if var > 1e-9 else 0.0
-        slope = max(slope, 0.0)  # noise must not make longer batches look cheaper
-        return max(my - slope * mx, 1e-9), slope
+    def _forget_alpha(self) -> None:
+        """Back to the weak prior (2 judged drafts at alpha_prior)."""
+        self._succ, self._trials = 2.0 * self._prior, 2.0
 
     # ---- switching off and on --------------------------------------------------------
 
@@ -258,17 +283,16 @@ class DraftLengthController:
         seconds = sum(s for _, s in self._window)
         measured = tokens / seconds if seconds > 0 else 0.0
         plain = 1.0 / self._t_plain if self._t_plain else 0.0
-        if measured < plain * (1.0 - OFF_TOLERANCE):
-            if self.state == "probing":
-                self._probe_after = min(self._probe_after * 2, self._probe_max)
-            self._switch_off(
-                f"speculation off: {measured:.1f} tok/s with drafting is below "
-                f"{plain:.1f} tok/s plain over the last {len(self._window)} rounds "
-                f"(acceptance {self.alpha:.0%}); trying again in {self._probe_after} steps")
-        elif self.state == "probing":
-            self.state = "on"
-            self.off_reason = None
-            self._probe_after = self._probe_base
+        if measured >= plain * (1.0 - OFF_TOLERANCE):
+            self._probe_after = self._probe_base  # drafting pays: the next wait starts short
+            self._back_from_probe = False
+            return
+        if self._back_from_probe:  # the probe's promise did not hold: wait twice as long
+            self._probe_after = min(self._probe_after * 2, self._probe_max)
+        self._switch_off(
+            f"speculation off: {measured:.1f} tok/s with drafting is below "
+            f"{plain:.1f} tok/s plain over the last {len(self._window)} rounds "
+            f"(acceptance {self.alpha:.0%}); trying again in {self._probe_after} steps")
 
     def _predicted_reason(self) -> str:
         c = self.cost_ratio
@@ -280,5 +304,13 @@ class DraftLengthController:
     def _switch_off(self, reason: str) -> None:
         self.state = "off"
         self.off_reason = reason
+        self._back_from_probe = False
+        self._plan.clear()
         self._plain_left = self._probe_after
+        self._window.clear()
+
+    def _come_back_on(self) -> None:
+        self.state = "on"
+        self.off_reason = None
+        self._back_from_probe = True
         self._window.clear()

@@ -33,9 +33,6 @@ from runtime.settings import DraftSettings
 from runtime.speculative.adaptive import DraftLengthController
 from runtime.speculative.stats import ReplySpecStats
 
-LEARNING_ROUNDS = 3  # rounds a fresh adaptive controller measures before it judges
-LEARNING_K = 4
-
 
 @dataclass
 class CostMemory:
@@ -78,7 +75,6 @@ class Pacer:
         self.memory = memory if memory is not None else CostMemory()
         self._fresh = True  # the memory is read at the first round, not at creation: the
         # n samples of one request are created together, before any of them ran
-        self._learned = 0  # rounds this controller has measured (LEARNING_ROUNDS: enough)
         self._cycle: _Cycle | None = None
         self._t_start = 0.0
 
@@ -92,7 +88,6 @@ class Pacer:
             self._fresh = False
             if self.memory.controller is not None:
                 self.controller = copy.deepcopy(self.memory.controller)
-                self._learned = LEARNING_ROUNDS
         self._close_cycle(now)
         self._t_start = now
         if self.controller.t_plain is None and self.memory.t_plain is not None:
@@ -101,16 +96,8 @@ class Pacer:
 
     def _choose(self) -> int:
         ctl = self.controller
-        if self._fixed:
-            # One plain step per load, so a fixed k still gets a measured speedup.
-            return 0 if ctl.t_plain is None else ctl.next_k()
-        if self._learned < LEARNING_ROUNDS and ctl.state == "on":
-            # A fresh controller would judge after one round and one plain step; on a CPU,
-            # where the margin is a few percent, one noisy sample (and the prior α) can
-            # switch a good draft off for 64 steps. Measure a few rounds first.
-            if self._learned and ctl.t_plain is None:
-                return 0
-            return min(LEARNING_K, ctl.k_max)
+        if self._fixed and ctl.t_plain is None:
+            return 0  # one plain step per load, so a fixed k still gets a measured speedup
         return ctl.next_k()
 
     def proposed(self, drafted: int, one_off: float = 0.0) -> None:
@@ -166,7 +153,6 @@ class Pacer:
             return
         ctl.record_round(drafted=cycle.drafted, accepted=cycle.accepted, t_draft=cycle.t_draft,
                          t_verify=target)
-        self._learned += 1
         self.stats.record_round(k=cycle.drafted, drafted=cycle.drafted, accepted=cycle.accepted,
                                 seconds=total, t_draft=ctl.t_draft, t_plain=ctl.t_plain)
 

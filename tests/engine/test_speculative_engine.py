@@ -219,19 +219,19 @@ class ManualClock:
 def test_the_pacer_times_whole_cycles_and_keeps_one_off_costs_out() -> None:
     clock = ManualClock()
     pacer = Pacer(DraftSettings(kind="ngram"), clock=clock)
-    assert pacer.start(8) == 4  # learning: a moderate first guess
-    clock.t += 0.005  # drafting 4 (0.003 of it a one-off prefill)
-    pacer.proposed(4, one_off=0.003)
+    assert pacer.start(8) == 8  # learning: the longest draft first
+    clock.t += 0.005  # drafting 8 (0.003 of it a one-off prefill)
+    pacer.proposed(8, one_off=0.003)
     clock.t += 0.030  # the target's batch, the verify, emitting
-    pacer.observe(4, 3)
+    pacer.observe(8, 3)
     assert pacer.start(8) == 0  # a plain step to time the yardstick
     ctl = pacer.controller
-    assert ctl.t_draft == pytest.approx(0.002 / 4)
-    assert ctl.verify_cost(4) == pytest.approx(0.030)
+    assert ctl.t_draft == pytest.approx(0.002 / 8)
+    assert ctl.verify_cost(8) == pytest.approx(0.030)
     assert pacer.stats.emitted == 4 and pacer.stats.seconds == pytest.approx(0.035)
     pacer.proposed(0)
     clock.t += 0.020
-    assert pacer.start(8) == 4  # still learning
+    assert pacer.start(8) == 4  # still learning: half as long, for the verify line's slope
     assert ctl.t_plain == pytest.approx(0.020)
     assert pacer.measured_speedup == pytest.approx(5 / 0.055 * 0.020)
 
@@ -248,6 +248,7 @@ def test_a_new_reply_starts_from_what_the_last_one_learned() -> None:
     first.reset()
     assert memory.controller is not None and memory.t_plain is not None
     second = Pacer(DraftSettings(kind="ngram"), clock=clock, memory=memory)
+    assert memory.controller.state == "on"
     assert second.start(8) == memory.controller.best_k() > 4  # no learning phase again
     fixed = Pacer(DraftSettings(kind="ngram", k=3), clock=clock, memory=CostMemory())
     assert fixed.start(8) == 0  # a fixed k times one plain step per load ...
