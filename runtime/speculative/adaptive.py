@@ -6,15 +6,18 @@ With per-token acceptance rate α a round drafting k tokens emits on average
 
 tokens and costs k·t_draft + t_verify(k). On a GPU verifying k + 1 tokens costs about one
 step; on a CPU it grows with k, so t_verify(k) ≈ t0 + k·t1 is fitted online from measured
-rounds — rounds only: on a CPU a batch of 2 tokens already runs another, slower matmul kernel
+rounds (the slope from neighbouring rounds of different lengths, see `_fit`) — rounds only,
+not plain steps: on a CPU a batch of 2 tokens already runs another, slower matmul kernel
 than a batch of 1, so a line through the plain step would overstate long drafts (SmolLM2-135M
 F32 on one core: a plain step 38 ms, verifying 1, 4, 8 and 16 drafts 45, 54, 65 and 86 ms).
-The controller picks the k in 0..k_max with the best E / cost. Worked example: α = 0.8,
+The controller picks from the k in 0..k_max by E / cost. Worked example: α = 0.8,
 t_draft = 2 ms, t_verify(k) = 20 + 2k ms:
 
     k = 0: 1.00 token / 20 ms  = 50 tok/s
     k = 3: 2.95 tokens / 32 ms = 92 tok/s
-    k = 6: 3.95 tokens / 44 ms = 90 tok/s          → k = 4 (93 tok/s) wins
+    k = 4: 3.36 tokens / 36 ms = 93 tok/s          the best
+    k = 5: 3.69 tokens / 40 ms = 92 tok/s          within 2% and longer → k = 5
+    k = 6: 3.95 tokens / 44 ms = 90 tok/s
 
 Learning: a fresh controller drafts k_max, times one plain step, drafts k_max / 2 and k_max
 again (`learning_plan`): two draft lengths far apart give the verify line a slope at once,
@@ -22,12 +25,18 @@ and the plain step is the yardstick for everything else. Starting long costs one
 wasted drafts when the draft is poor; starting short took twenty rounds to climb to a good
 draft's best k.
 
-α is estimated per drafted token: a round that accepted a of d drafts is a successes and
-(a < d) one failure; tokens after the first rejection were never judged, so counting them
-as failures (accepted / drafted) would underestimate α. The estimate forgets per trial
-(`ALPHA_MEMORY` ≈ the last 100 judged drafts), so short and long rounds weigh alike. Near
-its best the rate is flat in k (α = 0.97: k = 6 and 8 differ by 2%), and a noisy α would
-make k jump about; a new k is taken only when it predicts `SWITCH_GAIN` (2%) more.
+Acceptance. α is estimated per drafted token: a round that accepted a of d drafts is a
+successes and (a < d) one failure; tokens after the first rejection were never judged, so
+counting them as failures (accepted / drafted) would underestimate α. The estimate forgets
+per trial (`ALPHA_MEMORY` ≈ the last 100 judged drafts).
+
+Choice. Near its best the rate is flat in k (α = 0.97 on the SmolLM2 pair: k = 5..8 within
+4%), so noise in α decides among them, and a k chosen too short costs more than one too
+long: positions beyond the current k are never measured, and the controller climbed back
+slowly (at T = 0.8, adaptive ran 6% behind a fixed k = 8 that way). So the longest k
+predicted within `LONG_BIAS` (2%) of the best is taken — by construction it costs at most 2%
+of the prediction — and after a round that kept every draft the next one tries one more
+(unless that predicts `CLIMB_RISK`, 5%, slower).
 
 Auto-off: speculation switches off, with a reason, when no k > 0 is predicted within
 `OFF_TOLERANCE` (5%) of plain decoding, or when a window of rounds *measured* (drafting
@@ -48,9 +57,11 @@ from runtime.errors import SettingsError
 
 State = Literal["learning", "on", "off", "probing"]
 OFF_TOLERANCE = 0.05  # drafting must be this much slower than plain to switch off
-SWITCH_GAIN = 0.02  # a new k must predict this much more than the current one
+LONG_BIAS = 0.02  # the longest k predicted within this of the best is taken
 ALPHA_MEMORY = 0.99  # per judged draft: α remembers about the last 100
 PROBE_ROUNDS = 4
+SLOPE_MEMORY = 0.8  # per pair of neighbouring rounds of different lengths
+CLIMB_RISK = 0.05  # a climb is tried unless the model predicts it this much slower
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -118,9 +129,11 @@ class DraftLengthController:
         self._forget_alpha()
         self._t_draft: float | None = None  # seconds per drafted token
         self._t_plain: float | None = None  # seconds per plain step
-        # decayed sums (w, Σk, Σk², Σt, Σk·t) over rounds for t_verify(k) = t0 + k·t1
-        self._rounds = [0.0] * 5
-        self._slope: float | None = None
+        # t_verify(k) = t0 + k·t1: decayed sums (w, Σk, Σt) over rounds give the level,
+        # Δk²-weighted sums over neighbouring rounds of different lengths the slope t1
+        self._rounds = [0.0] * 3
+        self._slope_sums = [0.0, 0.0]  # Σ Δk²·(Δt/Δk), Σ Δk²
+        self._last_round: tuple[int, float] | None = None
         self._window: deque[tuple[int, float]] = deque(maxlen=window)
         self.state: State = "learning" if fixed_k is None else "on"
         self.off_reason: str | None = None
@@ -129,6 +142,7 @@ class DraftLengthController:
         self._plain_left = 0  # plain steps still to run while off
         self._probe_left = 0  # probe rounds still to run
         self._back_from_probe = False  # on again after a probe, no window judged yet
+        self._climb = False  # the last round accepted all k of its drafts
         self._since_plain = 0
 
     # ---- what the engine asks --------------------------------------------------------
@@ -183,6 +197,7 @@ class DraftLengthController:
             self.record_plain(t_verify + t_draft)
             return
         judged = accepted + (1 if accepted < drafted else 0)
+        self._climb = accepted == drafted == self._k
         forget = ALPHA_MEMORY ** judged
         self._succ = self._succ * forget + accepted
         self._trials = self._trials * forget + judged
@@ -233,11 +248,17 @@ class DraftLengthController:
         a GPU) through the rounds seen."""
         if k == 0 and self._t_plain is not None:
             return self._t_plain
-        w, sx, _, sy, _ = self._rounds
+        w, sx, sy = self._rounds
         if w == 0.0:
             return self._t_plain or 0.0
-        slope = self._slope or 0.0
+        slope = self.verify_slope
         return max(sy / w - slope * sx / w, 1e-9) + k * slope
+
+    @property
+    def verify_slope(self) -> float:
+        """Seconds each extra draft adds to the verify (0 until two lengths were measured)."""
+        num, den = self._slope_sums
+        return max(num / den, 0.0) if den > 0.0 else 0.0
 
     def predicted_rate(self, k: int) -> float:
         """Expected tokens per second when drafting k."""
@@ -250,27 +271,39 @@ class DraftLengthController:
         return max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
 
     def _choose(self, *, positive: bool = False) -> int:
-        """The k to draft: the current one unless another predicts SWITCH_GAIN more; 0 when
-        no k > 0 comes within OFF_TOLERANCE of plain (never, when `positive`)."""
+        """The k to draft: the longest predicted within LONG_BIAS of the best rate (one
+        more after a round that kept all it drafted, unless that predicts CLIMB_RISK
+        slower); 0 when no k > 0 comes within OFF_TOLERANCE of plain (never, when
+        `positive`)."""
         rates = [self.predicted_rate(k) for k in range(self.k_max + 1)]
-        best = max(range(1, self.k_max + 1), key=lambda k: (rates[k], -k))
-        if not positive and rates[best] < rates[0] * (1.0 - OFF_TOLERANCE):
+        top = max(rates[1:])
+        if not positive and top < rates[0] * (1.0 - OFF_TOLERANCE):
             return 0
-        if rates[min(self._k, self.k_max)] < rates[best] * (1.0 - SWITCH_GAIN):
-            self._k = best
-        return self._k
+        k = max(k for k in range(1, self.k_max + 1) if rates[k] >= top * (1.0 - LONG_BIAS))
+        if self._climb and self._k >= k and self._k < self.k_max and \
+                rates[self._k + 1] >= top * (1.0 - CLIMB_RISK):
+            k = self._k + 1  # the last round kept all it drafted: try one more
+        self._k, self._climb = k, False
+        return k
 
-    def _fit(self, x: int, y: float) -> None:
+    def _fit(self, k: int, t: float) -> None:
+        """Add a round of k drafts whose verify took t seconds to the line.
+
+        The slope comes only from neighbouring rounds of different lengths: every step gets
+        slower as the reply grows (attention over a longer context: verifying 8 drafts went
+        from 56 to 82 ms over one 256-token reply), and a fit over a window in which the
+        short rounds happen to be the old ones blames that growth on k — once that made
+        k = 2 look best in the middle of a run at k = 8. Neighbours share their context.
+        """
         d = self._decay
         r = self._rounds
-        for i, v in enumerate((1.0, x, x * x, y, x * y)):
+        for i, v in enumerate((1.0, k, t)):
             r[i] = r[i] * d + v
-        w, sx, sxx, sy, sxy = r
-        mx, my = sx / w, sy / w
-        var = sxx / w - mx * mx
-        if var >= 0.05:  # k²: a real spread of lengths, not one old round decaying away
-            # noise must not make longer batches look cheaper: the slope is at least 0
-            self._slope = max((sxy / w - mx * my) / var, 0.0)
+        if self._last_round is not None and self._last_round[0] != k:
+            dk, dt = k - self._last_round[0], t - self._last_round[1]
+            num, den = self._slope_sums
+            self._slope_sums = [num * SLOPE_MEMORY + dk * dt, den * SLOPE_MEMORY + dk * dk]
+        self._last_round = (k, t)
 
     def _forget_alpha(self) -> None:
         """Back to the weak prior (2 judged drafts at alpha_prior)."""

@@ -187,3 +187,40 @@ def test_a_good_draft_settles_at_once_and_noise_does_not_cost_it() -> None:
         drafting = [k for k in ks[4:] if k > 0]
         assert np.mean([true_rate(k) for k in drafting]) >= 0.97 * best
         assert ctrl.state == "on"
+
+
+def test_among_nearly_equal_rates_the_longer_draft_is_taken() -> None:
+    # The module doc's example: k = 4 predicts 93.4 tok/s, k = 5 92.2 (within 2%), k = 6 89.8.
+    rates = [50.0, 70.0, 85.0, 92.0, 93.4, 92.2, 89.8, 87.0, 84.0]
+
+    class Scripted(DraftLengthController):
+        def predicted_rate(self, k: int) -> float:
+            return rates[k]
+
+    ctrl = Scripted(k_max=8)
+    for k in learning_plan(8):
+        assert ctrl.next_k() == k
+        if k == 0:
+            ctrl.record_plain(20 * MS)
+        else:  # a rejection each round: no climbing
+            ctrl.record_round(drafted=k, accepted=k - 1, t_draft=k * MS, t_verify=20 * MS)
+    assert ctrl.next_k() == 5
+    ctrl.record_round(drafted=5, accepted=5, t_draft=5 * MS, t_verify=30 * MS)
+    assert ctrl.next_k() == 6  # all kept: one more, k = 6 predicts 3.9% below (< 5%)
+    ctrl.record_round(drafted=6, accepted=6, t_draft=6 * MS, t_verify=30 * MS)
+    assert ctrl.next_k() == 5  # k = 7 would predict 6.9% below: back to the choice
+    ctrl.record_round(drafted=5, accepted=2, t_draft=5 * MS, t_verify=30 * MS)
+    assert ctrl.next_k() == 5
+
+
+def test_a_growing_context_is_not_mistaken_for_the_cost_of_long_drafts() -> None:
+    # Every step slows as the reply grows: t_verify = 40 + 2k ms + 0.8 ms per round. Short
+    # rounds early on, long ones later: a regression over the window would see k = 8 as
+    # much dearer than it is. Neighbouring rounds share their context: the slope stays 2 ms.
+    ctrl = DraftLengthController(k_max=8, fixed_k=8)
+    lengths = [8, 4, 8, 2, 8, 8, 3] + [8] * 40
+    for n, k in enumerate(lengths):
+        ctrl.record_round(drafted=k, accepted=k, t_draft=k * MS, t_verify=(40 + 2 * k + 0.8 * n) * MS)
+    assert ctrl.verify_slope == pytest.approx(2 * MS, rel=0.25)
+    # the level follows the growth: verifying 8 now costs what the last rounds measured
+    assert ctrl.verify_cost(8) == pytest.approx((56 + 0.8 * (len(lengths) - 1)) * MS, rel=0.1)
