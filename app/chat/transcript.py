@@ -237,6 +237,10 @@ class TranscriptView(QtWidgets.QScrollArea):
         edit_requested(int), regenerate_requested(int): a card's action buttons.
         branch_requested(int, int): switch a message to a sibling (-1 / +1).
         open_log_requested(): show the engine log (from an error banner).
+
+    Attributes:
+        more_button: "Show earlier messages"; visible only while older messages of the path
+            have no card yet (a path longer than `PAGE`), never for a new or short chat.
     """
 
     edit_requested = Signal(int)
@@ -263,9 +267,10 @@ class TranscriptView(QtWidgets.QScrollArea):
         self._layout = QtWidgets.QVBoxLayout(inner)
         self._layout.setContentsMargins(24, 16, 24, 16)
         self._layout.setSpacing(12)
-        self._more = QtWidgets.QPushButton("Show earlier messages")
-        self._more.clicked.connect(self._show_more)
-        self._layout.addWidget(self._more, 0, Qt.AlignmentFlag.AlignHCenter)
+        self.more_button = QtWidgets.QPushButton("Show earlier messages")
+        self.more_button.clicked.connect(self._show_more)
+        self.more_button.hide()  # nothing is hidden until a path longer than PAGE arrives
+        self._layout.addWidget(self.more_button, 0, Qt.AlignmentFlag.AlignHCenter)
         self._empty = QtWidgets.QLabel(
             "<div style='font-size:15pt; font-weight:600;'>Start a conversation</div>"
             "<p>Type below and press Enter. Shift+Enter adds a line;"
@@ -286,22 +291,24 @@ class TranscriptView(QtWidgets.QScrollArea):
         self._throttle.cancel()
         self._dirty.clear()
         self._tree, self._busy = tree, busy
-        if [m.id for m in path[:len(self._path)]] != [m.id for m in self._path]:
-            self._shown_from = max(0, len(path) - PAGE)  # another conversation or branch
+        continues = bool(self._path) and \
+            [m.id for m in path[:len(self._path)]] == [m.id for m in self._path]
+        if not continues:  # another conversation or branch (an empty path continues nothing)
+            self._shown_from = max(0, len(path) - PAGE)
         self._path = path
         shown = path[self._shown_from:]
         keep = {m.id for m in shown}
         for message_id in [i for i in self._cards if i not in keep]:
-            card = self._cards.pop(message_id)
-            self._layout.removeWidget(card)
-            card.deleteLater()
+            stale = self._cards.pop(message_id)
+            self._layout.removeWidget(stale)
+            stale.deleteLater()
         for position, message in enumerate(shown):
             card = self._cards.get(message.id)
             if card is None:
                 card = self._make_card(message)
             self._layout.insertWidget(1 + position, card)
             self._update_card(card)
-        self._more.setVisible(self._shown_from > 0)
+        self.more_button.setVisible(self._shown_from > 0)
         self._empty.setVisible(not path)
         self._follow = True
 

@@ -95,8 +95,11 @@ class ModelServices(QtCore.QObject):
             event.set()
         self.downloads.shutdown(timeout=10)
         self._inbox.close()
-        for runner in (self.net, self.disk, self.long, self.cpu):
-            runner.shutdown()
+        for runner in (self.net, self.disk, self.cpu):
+            runner.shutdown()  # a Hub call in flight is abandoned (its result dropped)
+        # A quantize job stops its child process within seconds once cancelled; waiting
+        # for it leaves no quantizer running and no partial file behind.
+        self.long.shutdown(timeout=None)
 
     # -- the library ---------------------------------------------------------------------
 

@@ -9,6 +9,8 @@ on) and re-lays out its scene on every series change, which costs more at 1 Hz �
 
 from __future__ import annotations
 
+import math
+
 import pyqtgraph as pg
 
 from app.panels.history import Series
@@ -20,6 +22,8 @@ MIB = 1 << 20
 PLOT_HEIGHT = 118
 WINDOW_S = 120  # the time plots show at most the last two minutes …
 MIN_SPAN_S = 30  # … and at least half a minute
+NICE_TOPS = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
+HEADROOM = 1.05
 
 
 def fmt_bytes(n: float) -> str:
@@ -31,18 +35,45 @@ def fmt_bytes(n: float) -> str:
     return f"{n / MIB:,.0f} MiB" if n < 10 * 1024 * MIB else f"{n / (1024 * MIB):,.1f} GiB"
 
 
+def axis_top(peak: float, minimum: float) -> float:
+    """The top of a y axis that starts at 0: `minimum` while the data stay within it (no data,
+    all zeros), else a round number a little above the peak. pyqtgraph's own auto-range would
+    centre all-zero data on 0 (an axis from −0.5 to 0.5: negative rates) and follow every
+    wobble.
+
+    >>> axis_top(0.0, 10), axis_top(9.5, 10), axis_top(37.2, 10), axis_top(96.0, 10)
+    (10, 10, 40.0, 120.0)
+    >>> axis_top(1234.0, 100), axis_top(float("nan"), 100)
+    (1500.0, 100)
+    """
+    if not (math.isfinite(peak) and peak > minimum):
+        return minimum
+    target = peak * HEADROOM
+    scale = 10.0 ** math.floor(math.log10(target))
+    nice = next(n for n in NICE_TOPS if n * scale >= target)
+    return round(nice * scale, 9)
+
+
+def pin_y_range(plot: pg.PlotWidget, peak: float, minimum: float) -> None:
+    """Show 0 … `axis_top(peak, minimum)` on `plot`'s y axis (never below 0)."""
+    plot.setYRange(0, axis_top(peak, minimum), padding=0)
+
+
 class Panel(QtWidgets.QFrame):
     """A card: title, a grid of `label: value` pairs, and a time plot below.
 
     Attributes:
-        plot: the pyqtgraph PlotWidget (x: seconds before now).
+        plot: the pyqtgraph PlotWidget (x: seconds before now; y: from 0 up to at least
+            `y_minimum`, more when the visible data need it).
         curves: name → PlotDataItem, one per series.
     """
 
-    def __init__(self, title: str, palette: Palette, parent: QtWidgets.QWidget | None = None) -> None:
+    def __init__(self, title: str, palette: Palette, y_minimum: float,
+                 parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("panel")
         self.palette_ = palette
+        self.y_minimum = y_minimum
         self._layout = QtWidgets.QVBoxLayout(self)
         self._layout.setContentsMargins(12, 10, 12, 10)
         self._layout.setSpacing(6)
@@ -62,7 +93,7 @@ class Panel(QtWidgets.QFrame):
         self.plot.showGrid(x=False, y=True, alpha=0.15)
         self.plot.setLabel("bottom", "seconds ago")
         self.plot.setXRange(-MIN_SPAN_S, 0, padding=0.01)
-        self.plot.enableAutoRange(x=False, y=True)
+        pin_y_range(self.plot, 0.0, y_minimum)
         # Legend in the top right corner (negative offset), where the newest samples are.
         legend = self.plot.addLegend(offset=(-4, 2), labelTextColor=palette.muted,
                                      labelTextSize="8pt", verSpacing=-6)
@@ -107,14 +138,18 @@ class Panel(QtWidgets.QFrame):
 
     def redraw(self, now: float) -> None:
         oldest = now
+        points: list[tuple[float, float]] = []
         for key, curve in self.curves.items():
             series = self.series[key]
-            xs = series.xs(now)
-            curve.setData(xs, series.ys())
+            xs, ys = series.xs(now), series.ys()
+            curve.setData(xs, ys)
+            points += zip(xs, ys, strict=True)
             if xs:
                 oldest = min(oldest, now + xs[0])
         span = min(WINDOW_S, max(MIN_SPAN_S, now - oldest))
         self.plot.setXRange(-span, 0, padding=0.01)
+        pin_y_range(self.plot, max((y for x, y in points if x >= -span), default=0.0),
+                    self.y_minimum)
 
     def set_palette(self, palette: Palette) -> None:
         """Re-colour for another theme (curves keep their series colours)."""

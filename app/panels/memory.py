@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 
-from app.panels.base import MIB, PLOT_HEIGHT, Panel, fmt_bytes
+from app.panels.base import MIB, PLOT_HEIGHT, Panel, fmt_bytes, pin_y_range
 from app.qt import QtWidgets
 from app.theme import Palette
 from app.wire import DeviceMemory, MetricsSnapshot
 
 BAR = 0.32
+MIN_TOP_MIB = 100.0  # both plots show at least 0 … 100 MiB (before the first snapshot)
 
 
 def used_bytes(device: DeviceMemory, snapshot: MetricsSnapshot) -> int:
@@ -28,7 +29,7 @@ class MemoryPanel(Panel):
     """
 
     def __init__(self, palette: Palette, parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__("Memory", palette, parent)
+        super().__init__("Memory", palette, MIN_TOP_MIB, parent)
         self.add_value("planned", "Planned")
         self.add_value("used", "Used")
         self.add_value("kv_cells", "KV cells")
@@ -39,6 +40,9 @@ class MemoryPanel(Panel):
         self.chart.setMouseEnabled(x=False, y=False)
         self.chart.hideButtons()
         self.chart.setLabel("left", "MiB")
+        self.chart.getAxis("bottom").setTicks([[]])  # device names, once a snapshot lists them
+        self.chart.setXRange(-0.6, 0.6, padding=0)
+        pin_y_range(self.chart, 0.0, MIN_TOP_MIB)
         for axis in ("left", "bottom"):
             self.chart.getAxis(axis).setTextPen(palette.muted)
             self.chart.getAxis(axis).setPen(palette.border)
@@ -75,15 +79,17 @@ class MemoryPanel(Panel):
         weights = [d.planned_weights / MIB for d in devices]
         kv = [d.planned_kv / MIB for d in devices]
         compute = [d.planned_compute / MIB for d in devices]
+        used_mib = [used_bytes(d, snapshot) / MIB for d in devices]
         self.bars["weights"].setOpts(x=planned_x, height=weights, y0=[0] * len(xs))
         self.bars["kv"].setOpts(x=planned_x, height=kv, y0=weights)
         self.bars["compute"].setOpts(x=planned_x, height=compute,
                                      y0=[w + k for w, k in zip(weights, kv, strict=True)])
-        self.bars["used"].setOpts(x=[x + BAR / 2 + 0.02 for x in xs],
-                                  height=[used_bytes(d, snapshot) / MIB for d in devices],
+        self.bars["used"].setOpts(x=[x + BAR / 2 + 0.02 for x in xs], height=used_mib,
                                   y0=[0] * len(xs))
         self.chart.getAxis("bottom").setTicks([[(x, _short(d.name)) for x, d in zip(xs, devices, strict=True)]])
         self.chart.setXRange(-0.6, max(0.6, len(xs) - 0.4), padding=0)
+        planned_mib = [w + k + c for w, k, c in zip(weights, kv, compute, strict=True)]
+        pin_y_range(self.chart, max(used_mib + planned_mib, default=0.0), MIN_TOP_MIB)
 
         planned = sum(d.planned_bytes for d in devices)
         used = sum(used_bytes(d, snapshot) for d in devices)

@@ -20,11 +20,12 @@ from runtime.events import StepStats
 NO_DRAFT = "no drafter loaded (choose a draft model or n-gram lookup in Settings)"
 WAITING = "waiting for the first speculative round"
 STEP_REPAINT_MS = 100
+FULL = 100.0  # % acceptance: the y axis is always 0 … 100
 
 
 class SpeculativePanel(Panel):
     def __init__(self, palette: Palette, parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__("Speculative", palette, parent)
+        super().__init__("Speculative", palette, FULL, parent)
         self.add_value("acceptance", "Acceptance")
         self.add_value("mean_len", "Mean accepted")
         self.add_value("k", "Draft k")
@@ -32,7 +33,6 @@ class SpeculativePanel(Panel):
         self.add_value("speedup", "Speedup")
         self.add_value("state", "Drafting", wide=True)
         self.plot.setLabel("left", "%")
-        self.plot.setYRange(0, 100, padding=0.02)
         self.add_curve("acceptance", "acceptance", 2)
         self.finish_layout()
         self._drafted = 0

@@ -10,10 +10,12 @@ from app.qt import QtWidgets
 from app.theme import Palette
 from app.wire import MetricsSnapshot
 
+MIN_TOP = 10.0  # tok/s: the y axis shows at least 0 … 10 (round ticks while idle)
+
 
 class SpeedPanel(Panel):
     def __init__(self, palette: Palette, parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__("Speed", palette, parent)
+        super().__init__("Speed", palette, MIN_TOP, parent)
         self.add_value("decode", "Decode")
         self.add_value("prefill", "Prefill")
         self.add_value("ttft", "Last TTFT")

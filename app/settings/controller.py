@@ -109,7 +109,8 @@ class SettingsController(QtCore.QObject):
 
     def shutdown(self) -> None:
         """Stop the worker and write what is not saved yet (at exit: no change is lost)."""
-        self._runner.shutdown()
+        # Wait for a save in flight: its rename must not land after the final save below.
+        self._runner.shutdown(timeout=None)
         if self.pending:
             try:
                 self.store.save(self.settings)

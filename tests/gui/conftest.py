@@ -70,7 +70,7 @@ def make_window(qtbot: object, isolated_user_dirs: Path,
     opened: list[tuple[MainWindow, ChatStore]] = []
     if not os.environ.get("HF_ENDPOINT"):
         # Never the real Hub: the Settings page lists a library model's other quants there,
-        # and closing the window waits for that call. Nothing listens on port 9: refused.
+        # and a refused call ends at once. Nothing listens on port 9.
         monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
 
     def factory(command: EngineCommand | None = None, show: bool = True,
@@ -93,7 +93,7 @@ def make_window(qtbot: object, isolated_user_dirs: Path,
         window.close()
         window.deleteLater()
         store.close()
-        assert window.runner._thread.isFinished()
+        assert not window.runner._thread.is_alive()
     # Destroy the closed windows now, inside this test, rather than whenever the next test
     # happens to spin the event loop: a late deferred delete must not land in another test.
     QtCore.QCoreApplication.sendPostedEvents(None, QtCore.QEvent.Type.DeferredDelete)

@@ -1,0 +1,158 @@
+"""BackgroundRunner at shutdown: a job still running (a Hub request waiting for its timeout)
+must not hold the window's close, and its late result must be dropped without touching Qt."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from app.background import BackgroundRunner, Job
+from app.qt import QtCore
+from tests.gui.conftest import fake_command
+
+GUARD_S = 60  # only a regression (an unbounded wait) ever gets near this
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    """The event a blocking job waits on. A watchdog sets it if the test hangs, so that a
+    shutdown which waits for the job returns (late) instead of hanging the run, and the
+    test's `not release.is_set()` check fails."""
+    event = threading.Event()
+    watchdog = threading.Timer(GUARD_S, event.set)
+    watchdog.start()
+    yield event
+    watchdog.cancel()
+    watchdog.join()
+    event.set()
+
+
+def blocking_job(release: threading.Event, started: threading.Event,
+                 finished: threading.Event) -> Callable[[], str]:
+    def job() -> str:
+        started.set()
+        release.wait()
+        finished.set()
+        return "late result"
+    return job
+
+
+def record(job: Job) -> list[object]:
+    seen: list[object] = []
+    job.done.connect(seen.append)
+    job.failed.connect(seen.append)
+    return seen
+
+
+def deliver_posted_events() -> None:
+    """Hand out whatever the worker posted (and run deferred deletes)."""
+    QtCore.QCoreApplication.sendPostedEvents()
+    QtCore.QCoreApplication.sendPostedEvents(None, QtCore.QEvent.Type.DeferredDelete)
+
+
+def test_shutdown_does_not_wait_for_a_job_in_flight(qtbot, release: threading.Event) -> None:
+    started, finished = threading.Event(), threading.Event()
+    runner = BackgroundRunner()
+    worker = runner._thread
+    seen = record(runner.submit(blocking_job(release, started, finished)))
+    assert started.wait(GUARD_S)
+
+    ended = runner.shutdown()
+
+    assert not release.is_set(), "shutdown waited for the running job"
+    assert not ended and worker.is_alive()
+    release.set()  # the job ends now, after shutdown
+    assert finished.wait(GUARD_S)
+    worker.join(GUARD_S)
+    assert not worker.is_alive()
+    deliver_posted_events()
+    assert seen == []  # the late result was dropped
+
+
+def test_a_late_result_after_the_runner_is_deleted_is_dropped(
+        qtbot, release: threading.Event) -> None:
+    """As when the window closes mid-request: the runner (a child of the window) is deleted
+    while its job still runs."""
+    started, finished = threading.Event(), threading.Event()
+    owner = QtCore.QObject()
+    runner = BackgroundRunner(owner)
+    worker = runner._thread
+    seen = record(runner.submit(blocking_job(release, started, finished)))
+    failing = record(runner.submit(lambda: 1 / 0))
+    assert started.wait(GUARD_S)
+    runner.shutdown()
+    assert not release.is_set()
+
+    owner.deleteLater()
+    del runner
+    deliver_posted_events()
+    gc.collect()
+    release.set()
+    assert finished.wait(GUARD_S)
+    worker.join(GUARD_S)
+    assert not worker.is_alive()
+    deliver_posted_events()
+    assert seen == [] and failing == []  # never run, never reported
+
+
+def test_jobs_not_started_never_run_and_posted_results_are_dropped(
+        qtbot, release: threading.Event) -> None:
+    ran: list[str] = []
+    started, finished = threading.Event(), threading.Event()
+    runner = BackgroundRunner()
+    quick = record(runner.submit(lambda: ran.append("quick") or "quick"))
+    runner.submit(blocking_job(release, started, finished))
+    queued = record(runner.submit(lambda: ran.append("queued")))
+    assert started.wait(GUARD_S)  # so "quick" has ended and its result is posted
+    assert ran == ["quick"]
+
+    runner.shutdown()  # before the GUI thread handed "quick" out
+    release.set()
+    runner._thread.join(GUARD_S)
+    deliver_posted_events()
+    assert ran == ["quick"]  # "queued" was skipped
+    assert quick == [] and queued == []
+    never = record(runner.submit(lambda: ran.append("after")))
+    deliver_posted_events()
+    assert ran == ["quick"] and never == []
+
+
+def test_a_runner_deleted_without_shutdown_ends_its_thread(qtbot) -> None:
+    owner = QtCore.QObject()
+    runner = BackgroundRunner(owner)
+    worker = runner._thread
+    done = record(runner.submit(lambda: 7))
+    qtbot.waitUntil(lambda: done == [7])
+    owner.deleteLater()
+    del runner
+    deliver_posted_events()
+    worker.join(GUARD_S)
+    assert not worker.is_alive()
+
+
+def test_closing_the_window_does_not_wait_for_a_hub_request(
+        make_window, qtbot, release: threading.Event) -> None:
+    from app.models.outcome import on_result
+
+    window = make_window(fake_command())
+    started, finished = threading.Event(), threading.Event()
+    net = window.model_services.net
+    worker = net._thread
+    answers: list[object] = []
+    job = window.model_services.on_net(blocking_job(release, started, finished))
+    on_result(job, window.models_page, answers.append, answers.append)
+    assert started.wait(GUARD_S)
+
+    window.close()
+
+    assert not release.is_set(), "closing the window waited for the Hub request"
+    assert not window.isVisible()
+    release.set()
+    assert finished.wait(GUARD_S)
+    worker.join(GUARD_S)
+    assert not worker.is_alive()
+    deliver_posted_events()
+    assert answers == []
