@@ -10,7 +10,9 @@ Defaults come from the app's settings (runtime.user_settings): the Hub mirror, t
 for gated repositories, the preferred quant level, the context and KV cache types the fit
 assumes, parallel downloads and the models folder. Without a mirror set there, the Hub is the
 one in HF_ENDPOINT (default huggingface.co); a token may also come from `--token`, HF_TOKEN or
-`hf auth login`. An interrupted pull resumes on the next pull.
+`hf auth login`. An interrupted pull resumes on the next pull. A file another Outrider process
+(the app, another pull) is downloading is not fetched twice: pull says so, follows that
+download's progress, and continues it itself if that process stops before the end.
 """
 
 from __future__ import annotations
@@ -235,8 +237,9 @@ def run_pull(args: argparse.Namespace) -> int:
         for p in present:
             print(p)
         return 0
+    progress = _Progress(sys.stderr)
     manager = DownloadManager(hub, models_dir=models_dir, max_concurrent=max(1, args.jobs or d.parallel),
-                              on_event=_Progress(sys.stderr))
+                              on_event=progress)
     # The parts of a split model must come from one commit: pin them to the one listed. A
     # single file follows the branch, so an upstream change is noticed (and restarts it).
     revision = entry.revision if len(entry.files) > 1 else args.revision
@@ -256,6 +259,9 @@ def run_pull(args: argparse.Namespace) -> int:
         j = failed[0]
         if j.error_kind == GatedRepo.__name__:
             raise GatedRepo(j.error or f"{repo_id} is gated; pass --token or set HF_TOKEN")
+        if j.id in progress.elsewhere and j.state in ("paused", "cancelled"):
+            raise DownloadError(f"{j.filename} was {j.state} in another Outrider process "
+                                "before it finished")
         raise DownloadError(j.error or f"{j.filename} did not finish ({j.state})")
     for j in finals:
         print(j.path)
@@ -285,13 +291,15 @@ def _choose(hub: Hub, repo_id: str, revision: str, wanted: str,
 
 
 class _Progress:
-    """A one-line progress bar per file on stderr (plain lines when it is not a terminal)."""
+    """A one-line progress bar per file on stderr (plain lines when it is not a terminal).
+    A file another Outrider process is downloading gets a line saying so, then its progress."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self.tty = stream.isatty()
         self._lock = threading.Lock()
         self._last = 0.0
+        self.elsewhere: set[str] = set()  # jobs seen running in another process
 
     def __call__(self, event: DownloadEvent) -> None:
         with self._lock:
@@ -305,7 +313,14 @@ class _Progress:
                 self._line(event.message)
             elif isinstance(event, DownloadStateChanged):
                 job = event.job
-                if job.state == "done":
+                if job.elsewhere and job.id not in self.elsewhere:
+                    self.elsewhere.add(job.id)
+                    self._line(f"{job.filename}: already being downloaded by another Outrider "
+                               "process; waiting for it to finish")
+                elif job.state == "queued" and job.id in self.elsewhere:
+                    self._line(f"{job.filename}: the other Outrider process stopped before the "
+                               "end; continuing here from its partial file")
+                elif job.state == "done":
                     self._line(f"{job.filename}: done, verified (sha256)")
                 elif job.state == "failed":
                     self._line(f"{job.filename}: failed: {job.error}")

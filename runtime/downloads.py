@@ -33,6 +33,20 @@ partial file. The app and `outrider pull` may both write it: each change is a re
 under a cross-process file lock, so neither drops the other's jobs (`_QueueFile`). Events
 (`DownloadProgress`, `DownloadStateChanged`, `DownloadNotice`) are delivered from worker
 threads to `on_event`; the Qt app wraps them into signals.
+
+One job, one downloader. Two processes may hold the same job (the app queued it, then
+`outrider pull` loaded the queue), but only the one holding the job's lock
+(`downloads/<job>.part.lock`: an OS lock the worker takes without waiting and holds until the
+job is done, failed, paused or cancelled) touches its partial file. The other leaves the job
+to it and shows it as `state="running", elsewhere=True`; every `watch_interval` seconds it
+reads the job's record in the queue file and the partial's size (progress events, the end),
+and it takes the job up itself when the lock comes free with the job unfinished: its owner
+was shut down, or died (the kernel drops a dead process's lock), and the partial resumes.
+
+    app:   worker takes a1b2.part.lock, writes a1b2.part
+    pull:  cannot take a1b2.part.lock -> a1b2 running elsewhere; watches it
+    app:   saves "done", then releases the lock   -> pull shows a1b2 done
+      or:  is killed                              -> pull resumes a1b2.part itself
 """
 
 from __future__ import annotations
@@ -59,6 +73,7 @@ from runtime.errors import (
     DiskFull,
     DownloadError,
     DownloadFailed,
+    DownloadRunningElsewhere,
     GatedRepo,
     HashMismatch,
     HubServerError,
@@ -79,6 +94,7 @@ from runtime.transfer import (
 
 JobState = Literal["queued", "running", "paused", "done", "failed", "cancelled"]
 SETTLED: frozenset[str] = frozenset({"paused", "done", "failed", "cancelled"})
+ACTIVE: frozenset[str] = frozenset({"queued", "running", "paused"})
 
 
 @dataclass(frozen=True)
@@ -119,6 +135,10 @@ class DownloadJob:
     error: str | None = None
     group: str | None = None  # ties the parts of a split model together ("repo:Q4_K_M")
     added: float = 0.0
+    # This process's view, never saved: another Outrider process holds the job's lock and is
+    # downloading it (state "running"; `received` follows its partial file). Here it can
+    # only be watched: pause, cancel and remove raise DownloadRunningElsewhere.
+    elsewhere: bool = False
 
     @property
     def library_relpath(self) -> Path:
@@ -183,6 +203,22 @@ class _QueueFile:
         with self._locked():
             return list(self._read().values())
 
+    def get(self, job_id: str) -> DownloadJob | None:
+        with self._locked():
+            return self._read().get(job_id)
+
+    def add(self, job: DownloadJob, same: Callable[[DownloadJob], bool]) -> DownloadJob:
+        """Put `job` in, unless a job on file is the `same` (another process queued the file
+        since this one read the queue): then that job, and nothing is written."""
+        with self._locked():
+            jobs = self._read()
+            found = next((j for j in jobs.values() if same(j)), None)
+            if found is not None:
+                return found
+            jobs[job.id] = job
+            self._write(jobs.values())
+            return job
+
     def update(self, changed: Iterable[DownloadJob] = (), removed: Iterable[str] = ()) -> None:
         """Put `changed` in (by id, replacing what is there) and drop the ids in `removed`."""
         with self._locked():
@@ -214,13 +250,16 @@ class _QueueFile:
             # A queue file we cannot read is kept for inspection, never silently overwritten.
             os.replace(self.path, self.path.with_suffix(".json.unreadable"))
             return {}
-        known = {f.name for f in dataclasses.fields(DownloadJob)}
+        known = {f.name for f in dataclasses.fields(DownloadJob)} - {"elsewhere"}
         jobs = [DownloadJob(**{k: v for k, v in d.items() if k in known})
                 for d in data.get("jobs", [])]
         return {job.id: job for job in jobs}
 
     def _write(self, jobs: Iterable[DownloadJob]) -> None:
-        text = json.dumps({"version": 1, "jobs": [dataclasses.asdict(j) for j in jobs]}, indent=1)
+        records = [dataclasses.asdict(j) for j in jobs]
+        for record in records:
+            del record["elsewhere"]  # one process's view, not the job's
+        text = json.dumps({"version": 1, "jobs": records}, indent=1)
         with atomic_output(self.path, prefix=".queue-", suffix=".tmp") as tmp:
             tmp.write_text(text)
 
@@ -228,7 +267,8 @@ class _QueueFile:
 class DownloadManager:
     """The queue and its worker threads. Every public method is thread-safe and returns at once
     (except `wait` and `shutdown`). A change waits for the queue file's lock: milliseconds,
-    unless another process hangs holding it — then `DownloadError` after `queue_lock_timeout` s."""
+    unless another process hangs holding it — then `DownloadError` after `queue_lock_timeout` s.
+    Jobs another process is downloading are followed every `watch_interval` s (module doc)."""
 
     def __init__(self, hub: Hub, *, models_dir: Path | None = None,
                  downloads_dir: Path | None = None, max_concurrent: int = 2,
@@ -236,7 +276,7 @@ class DownloadManager:
                  clock: Callable[[], float] = time.monotonic,
                  disk_usage: Callable[[Path], Any] = shutil.disk_usage,
                  progress_interval: float = 0.25, reserve_bytes: int = 64 << 20,
-                 queue_lock_timeout: float = 30.0) -> None:
+                 queue_lock_timeout: float = 30.0, watch_interval: float = 0.5) -> None:
         from runtime.paths import user_dirs
 
         if max_concurrent < 1:
@@ -252,6 +292,7 @@ class DownloadManager:
         self._disk_usage = disk_usage
         self._progress_interval = progress_interval
         self._reserve = reserve_bytes
+        self.watch_interval = watch_interval
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._queue_file = _QueueFile(self.downloads_dir / "queue.json", queue_lock_timeout)
@@ -261,6 +302,8 @@ class DownloadManager:
             self._jobs[job.id] = dataclasses.replace(job, state="queued") if job.state == "running" else job
         self._controls: dict[str, StopFlag] = {}
         self._threads: dict[str, threading.Thread] = {}
+        self._watcher: threading.Thread | None = None  # runs while a job runs elsewhere
+        self._watch_stop = threading.Event()
         self._started = False
         self._client = self._new_client()
 
@@ -280,6 +323,8 @@ class DownloadManager:
             if self._client.is_closed:  # started again after a shutdown
                 self._client = self._new_client()
             self._started = True
+            self._watch_stop.clear()
+            self._start_watcher()
         self._pump()
 
     def enqueue(self, repo_id: str, filename: str, revision: str = "main", *,
@@ -297,10 +342,15 @@ class DownloadManager:
                 if job.state == "failed":
                     self.retry(job.id)
                     return self._jobs[job.id]
-            job = DownloadJob(id=uuid.uuid4().hex[:12], repo_id=repo_id, filename=filename,
+            new = DownloadJob(id=uuid.uuid4().hex[:12], repo_id=repo_id, filename=filename,
                               revision=revision, size=size, sha256=sha256, group=group,
                               added=time.time())
-            self._save(job)  # first: when the queue file stays locked, nothing was added
+            # On file first (when the queue file stays locked, nothing was added), and joining
+            # the job of another process that queued this file after this one read the queue.
+            job = self._queue_file.add(new, lambda j: j.state in ACTIVE and (
+                j.repo_id, j.filename, j.revision) == (repo_id, filename, revision))
+            if job.state == "running":  # its worker, if alive, holds the job's lock
+                job = dataclasses.replace(job, state="queued")
             self._jobs[job.id] = job
         self._emit(DownloadStateChanged(job))
         self._pump()
@@ -334,13 +384,18 @@ class DownloadManager:
             self._pump()
 
     def cancel(self, job_id: str) -> None:
-        """Stop and forget the bytes: the partial file is deleted."""
-        self._stop_or_set(job_id, "cancel", "cancelled",
-                          from_states=("queued", "running", "paused", "failed"))
+        """Stop and forget the bytes: the partial file is deleted (by the worker, when one of
+        this process's runs it; here otherwise, unless another process is writing it)."""
+        states = ("queued", "running", "paused", "failed")
         with self._lock:
-            running = job_id in self._controls
-        if not running:
-            self._partial(job_id).unlink(missing_ok=True)
+            if self.job(job_id).state not in states:
+                return
+            if job_id in self._controls:
+                self._stop_or_set(job_id, "cancel", "cancelled", from_states=states)
+                return
+            with self._owning(job_id, "cancel"):
+                self._stop_or_set(job_id, "cancel", "cancelled", from_states=states)
+                self._partial(job_id).unlink(missing_ok=True)
 
     def retry(self, job_id: str) -> None:
         """Queue a failed or cancelled job again (after a token was set, space freed ...)."""
@@ -349,14 +404,19 @@ class DownloadManager:
             self._pump()
 
     def remove(self, job_id: str) -> None:
-        """Forget a finished, failed or cancelled job."""
+        """Forget a finished, failed or cancelled job (unless another process took it up again)."""
         with self._lock:
             job = self._jobs.get(job_id)
             if job is None or job.state not in ("done", "failed", "cancelled"):
                 return
-            self._queue_file.update(removed=[job_id])
-            del self._jobs[job_id]
-        self._partial(job_id).unlink(missing_ok=True)
+            # Our own worker may still be winding down (it no longer touches the bytes).
+            owning = contextlib.nullcontext() if job_id in self._controls else self._owning(
+                job_id, "remove")
+            with owning:
+                self._queue_file.update(removed=[job_id])
+                del self._jobs[job_id]
+                self._partial(job_id).unlink(missing_ok=True)
+                self._lock_path(job_id).unlink(missing_ok=True)
 
     def set_token(self, token: str | None) -> None:
         """Use this token from the next request on (a gated repo asked for one)."""
@@ -382,7 +442,10 @@ class DownloadManager:
             self._started = False
             for control in self._controls.values():
                 control.stop("shutdown")
+            self._watch_stop.set()
             threads = list(self._threads.values())
+            if self._watcher is not None:
+                threads.append(self._watcher)
         for t in threads:
             t.join(timeout)
         self._client.close()
@@ -391,6 +454,50 @@ class DownloadManager:
 
     def _partial(self, job_id: str) -> Path:
         return self.downloads_dir / f"{job_id}.part"
+
+    def _lock_path(self, job_id: str) -> Path:
+        return self.downloads_dir / f"{job_id}.part.lock"
+
+    def _job_lock(self, job_id: str) -> filelock.BaseFileLock:
+        """The job's cross-process lock; whoever holds it is the one process downloading it.
+        timeout=0: a held lock is an answer (another process has it), never a wait. Different
+        FileLock objects conflict within one process too (flock is per open file)."""
+        self.downloads_dir.mkdir(parents=True, exist_ok=True)
+        return filelock.FileLock(self._lock_path(job_id), timeout=0)
+
+    def _held_elsewhere(self, job_id: str) -> bool:
+        """Whether another process holds the job's lock now (asked by taking it for a moment)."""
+        lock = self._job_lock(job_id)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            return True
+        lock.release()
+        return False
+
+    @contextlib.contextmanager
+    def _owning(self, job_id: str, action: str) -> Iterator[None]:
+        """Hold the job's lock for a change to its bytes (call with `self._lock` held, so no
+        worker of ours starts meanwhile). Another process holding it: the job is shown running
+        elsewhere and `DownloadRunningElsewhere` says so."""
+        lock = self._job_lock(job_id)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            if self._jobs[job_id].state != "running":
+                self._put(dataclasses.replace(self._jobs[job_id], state="running",
+                                              elsewhere=True))
+                self._start_watcher()
+            raise self._elsewhere_error(job_id, action) from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _elsewhere_error(self, job_id: str, action: str) -> DownloadRunningElsewhere:
+        return DownloadRunningElsewhere(
+            f"{self._jobs[job_id].filename} is being downloaded by another Outrider process "
+            f"(the app or `outrider pull`); {action} it there, or wait for it to finish")
 
     def _save(self, job: DownloadJob) -> None:
         """Write this one job to the shared queue file (other processes' jobs stay)."""
@@ -427,12 +534,23 @@ class DownloadManager:
         with contextlib.suppress(DownloadError):
             self._set(job_id, **changes)
 
+    def _put(self, job: DownloadJob) -> None:
+        """Change a job in memory only (what this process learned of another's work)."""
+        with self._lock:
+            old = self._jobs.get(job.id)
+            self._jobs[job.id] = job
+            self._changed.notify_all()
+        if old is None or (old.state, old.elsewhere) != (job.state, job.elsewhere):
+            self._emit(DownloadStateChanged(job))
+
     def _stop_or_set(self, job_id: str, reason: Literal["pause", "cancel"], state: JobState,
                      from_states: tuple[str, ...]) -> None:
         with self._lock:
             job = self.job(job_id)
             if job.state not in from_states:
                 return
+            if job.elsewhere:
+                raise self._elsewhere_error(job_id, reason)
             control = self._controls.get(job_id)
             if control is not None:
                 control.stop(reason)
@@ -440,8 +558,8 @@ class DownloadManager:
         self._set(job_id, state=state)
 
     def _pump(self) -> None:
-        """Start workers for queued jobs while slots are free (oldest first)."""
-        started: list[DownloadJob] = []
+        """Start workers for queued jobs while slots are free (oldest first). A job turns
+        "running" once its worker holds the job's lock (`_begin`)."""
         with self._lock:
             if not self._started:
                 return
@@ -455,18 +573,50 @@ class DownloadManager:
                 thread = threading.Thread(target=self._work, args=(job.id, control),
                                           name=f"download-{job.id}", daemon=True)
                 self._threads[job.id] = thread
-                self._jobs[job.id] = dataclasses.replace(job, state="running")
-                # On file, "queued" serves as well as "running" (a restart resumes both).
-                with contextlib.suppress(DownloadError):
-                    self._save(self._jobs[job.id])
-                self._changed.notify_all()
-                started.append(self._jobs[job.id])
                 thread.start()
-        for job in started:
-            self._emit(DownloadStateChanged(job))
 
     def _work(self, job_id: str, control: StopFlag) -> None:
+        """A worker: take the job's lock, or leave the job to the process that holds it."""
         try:
+            lock = self._job_lock(job_id)
+            lock.acquire()
+        except filelock.Timeout:
+            self._leave_to_other_process(job_id)
+        except OSError as exc:  # a downloads folder we cannot write
+            self._settle(job_id, state="failed", error_kind="DownloadError",
+                         error=f"cannot lock {self._lock_path(job_id)}: {exc}")
+            self._free_slot(job_id)
+        else:
+            try:
+                self._run(job_id, control)
+            finally:
+                # Released after the outcome is saved, so a process that takes the lock next
+                # reads it; and before the slot is freed, so our next worker for it can take it.
+                lock.release()
+                self._free_slot(job_id)
+        self._pump()
+
+    def _free_slot(self, job_id: str) -> None:
+        with self._lock:
+            self._controls.pop(job_id, None)
+            self._threads.pop(job_id, None)
+            self._changed.notify_all()
+
+    def _leave_to_other_process(self, job_id: str) -> None:
+        """Another process holds the job's lock: show the job running there, and follow it."""
+        with self._lock:
+            self._controls.pop(job_id, None)
+            self._threads.pop(job_id, None)
+            if self._jobs[job_id].state == "queued":  # not paused or cancelled here meanwhile
+                self._put(dataclasses.replace(self._jobs[job_id], state="running", elsewhere=True))
+                self._start_watcher()
+            self._changed.notify_all()
+
+    def _run(self, job_id: str, control: StopFlag) -> None:
+        """Download a job whose lock this process holds, and record the outcome."""
+        try:
+            if not self._begin(job_id, control):
+                return
             path = self._download(job_id, control)
         except Stopped:
             self._settle_stopped(job_id)
@@ -481,12 +631,85 @@ class DownloadManager:
         else:
             # Finished as a pause or cancel arrived: the verified file is in the library anyway.
             self._settle(job_id, state="done", path=str(path), error=None, error_kind=None)
+
+    def _begin(self, job_id: str, control: StopFlag) -> bool:
+        """Mark the job running, as the queue file has it now: another process may have
+        downloaded part of it since this one read the queue (its etag must come along, or the
+        partial would be thrown away), or finished, paused or cancelled it (then: False)."""
+        try:
+            record = self._queue_file.get(job_id)
+        except DownloadError:
+            record = None  # the queue file stays locked: go on with what we know
+        with self._lock:  # a pause or cancel now either comes first or sees "running"
+            control.check()
+            if self._jobs[job_id].state != "queued":
+                return False
+            if record is not None and record.state in SETTLED:
+                self._put(record)
+                return False
+            learned = {} if record is None else {
+                "etag": record.etag, "commit": record.commit, "sha256": record.sha256,
+                "size": record.size}
+            self._settle(job_id, state="running", **learned)
+        return True
+
+    # -- jobs another process downloads --------------------------------------------------------
+
+    def _start_watcher(self) -> None:
+        """Start following jobs that run elsewhere, if any and not yet (with `self._lock` held)."""
+        if not self._started or self._watcher is not None:
+            return
+        if not any(j.elsewhere for j in self._jobs.values()):
+            return
+        self._watcher = threading.Thread(target=self._watch, name="download-watcher", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        """Every `watch_interval` s, until no job runs elsewhere: read their records once, then
+        follow each. Stops at shutdown."""
+        rates: dict[str, Rate] = {}
+        try:
+            while not self._watch_stop.wait(self.watch_interval):
+                with self._lock:
+                    ids = [j.id for j in self._jobs.values() if j.elsewhere]
+                    if not ids:
+                        return
+                try:
+                    on_file = {j.id: j for j in self._queue_file.load()}
+                except DownloadError:
+                    continue  # the queue file is busy: look again next time
+                for job_id in ids:
+                    self._follow(job_id, on_file.get(job_id),
+                                 rates.setdefault(job_id, Rate(self._clock)))
+                self._pump()  # jobs taken up, in free slots
         finally:
             with self._lock:
-                self._controls.pop(job_id, None)
-                self._threads.pop(job_id, None)
-                self._changed.notify_all()
-            self._pump()
+                self._watcher = None
+                self._start_watcher()  # a job went elsewhere as this one was leaving
+
+    def _follow(self, job_id: str, record: DownloadJob | None, rate: Rate) -> None:
+        """One look at a job another process downloads.
+
+        Its record settled (done, failed, paused, cancelled there): show that. Its lock free
+        with the job unfinished (the owner shut down or died): queue it here, to resume from
+        the partial. Otherwise report progress from the partial file's size."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+        if job is None or not job.elsewhere:
+            return
+        if record is not None and record.state in SETTLED:
+            self._put(record)
+            return
+        known = record or job
+        if not self._held_elsewhere(job_id):
+            self._put(dataclasses.replace(known, state="queued", elsewhere=False))
+            return
+        job = dataclasses.replace(known, state="running", elsewhere=True)
+        self._put(job)  # what the owner learned (size, etag): no event, the state stays
+        received = self._live(job).received
+        bps = rate.add(received)
+        eta = (job.size - received) / bps if job.size is not None and bps > 0 else None
+        self._emit(DownloadProgress(job_id, job.filename, received, job.size, bps, eta))
 
     def _settle_stopped(self, job_id: str) -> None:
         # pause() and cancel() already set the state; a shutdown leaves the job queued.

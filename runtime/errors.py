@@ -106,6 +106,11 @@ class DownloadFailed(DownloadError):
     """Retries ran out (connection errors, HTTP 5xx, stalls)."""
 
 
+class DownloadRunningElsewhere(DownloadError):
+    """Another Outrider process (the app or `outrider pull`) is downloading this file now, so
+    this one may not pause, cancel or remove it."""
+
+
 class PortInUse(OutriderError):
     """The server's port is taken by another process."""
 

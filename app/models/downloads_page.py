@@ -145,7 +145,9 @@ class DownloadsPage(QtWidgets.QWidget):
         done = total if job.state == "done" else job.received
         self._set_bar(row, done, total)
         status = STATE_TEXT.get(job.state, job.state)
-        if job.state == "failed":
+        if job.elsewhere:  # another Outrider process (say `outrider pull`) owns this one
+            status = "Downloading in another Outrider process"
+        elif job.state == "failed":
             status = f"Failed: {job.error or job.error_kind}"
         item = self.table.item(row, 5)
         item.setText(status)
@@ -182,7 +184,7 @@ class DownloadsPage(QtWidgets.QWidget):
         box = QtWidgets.QWidget()
         row = QtWidgets.QHBoxLayout(box)
         row.setContentsMargins(2, 0, 2, 0)
-        for action in ACTIONS.get(job.state, ()):
+        for action in () if job.elsewhere else ACTIONS.get(job.state, ()):
             if action == "token" and not job.needs_token:
                 continue
             button = QtWidgets.QPushButton(LABELS[action])

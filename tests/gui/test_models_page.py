@@ -383,3 +383,19 @@ def test_draft_verdicts_are_kept_per_pair(tiny_target: Path, tiny_draft: Path,
     again = {c.model.path: c.reasons for c in judge_drafts(target, models, verdicts)}
     assert again[draft.path] == ("remembered",)
     assert judge_drafts(draft, models, verdicts)[-1].reasons == (NOT_SMALLER,)
+
+
+def test_a_download_owned_by_another_process_is_shown_not_offered(
+        qtbot, page: ModelsPage) -> None:
+    from runtime.downloads import DownloadJob, DownloadStateChanged
+
+    downloads = page.downloads
+    job = DownloadJob(id="j1", repo_id=TINY_REPO, filename=FILE, state="running", size=1000,
+                      received=400, elsewhere=True)
+    downloads.on_event(DownloadStateChanged(job))
+    row = downloads._rows["j1"]
+    assert downloads.table.item(row, 5).text() == "Downloading in another Outrider process"
+    assert downloads.button("j1", "pause") is None and downloads.button("j1", "cancel") is None
+    downloads.on_event(DownloadStateChanged(DownloadJob(
+        id="j1", repo_id=TINY_REPO, filename=FILE, state="running", size=1000, received=500)))
+    assert downloads.button("j1", "pause") is not None  # taken over here: ours to pause

@@ -88,6 +88,23 @@ def test_changes_keep_jobs_another_process_added(tmp_path: Path) -> None:
         m.shutdown()
 
 
+def test_enqueue_joins_the_job_another_process_queued_meanwhile(tmp_path: Path) -> None:
+    """The app read the queue before `outrider pull` queued a file; the app's Download of the
+    same file is then pull's job, not a second download of it."""
+    downloads = tmp_path / "downloads"
+    app = DownloadManager(Hub(), models_dir=tmp_path / "models", downloads_dir=downloads)
+    pull = DownloadManager(Hub(), models_dir=tmp_path / "models", downloads_dir=downloads)
+    theirs = pull.enqueue("owner/repo", "a.gguf")
+    mine = app.enqueue("owner/repo", "a.gguf")
+    assert (mine.id, mine.state) == (theirs.id, "queued")
+    assert [j.id for j in app.jobs()] == [theirs.id]
+    assert queued_names(downloads) == ["a.gguf"]
+    other = app.enqueue("owner/repo", "a.gguf", revision="v2")  # another file: its own job
+    assert other.id != theirs.id
+    for m in (app, pull):
+        m.shutdown()
+
+
 def test_a_held_lock_is_a_typed_error_and_a_dead_holder_blocks_nothing(tmp_path: Path) -> None:
     downloads = tmp_path / "downloads"
     manager = DownloadManager(Hub(), models_dir=tmp_path / "models", downloads_dir=downloads,
