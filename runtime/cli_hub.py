@@ -10,8 +10,9 @@ Defaults come from the app's settings (runtime.user_settings): the Hub mirror, t
 for gated repositories, the preferred quant level, the context and KV cache types the fit
 assumes, parallel downloads and the models folder. Without a mirror set there, the Hub is the
 one in HF_ENDPOINT (default huggingface.co); a token may also come from `--token`, HF_TOKEN or
-`hf auth login`. An interrupted pull resumes on the next pull. A file another Outrider process
-(the app, another pull) is downloading is not fetched twice: pull says so, follows that
+`hf auth login`. An interrupted pull resumes on the next pull. Pull fetches only the files it
+names: other downloads queued in the app stay queued, for the app. A file another Outrider
+process (the app, another pull) is downloading is not fetched twice: pull says so, follows that
 download's progress, and continues it itself if that process stops before the end.
 """
 
@@ -245,7 +246,7 @@ def run_pull(args: argparse.Namespace) -> int:
     revision = entry.revision if len(entry.files) > 1 else args.revision
     jobs = [manager.enqueue(repo_id, f.name, revision, size=f.size, sha256=f.sha256,
                             group=f"{repo_id}:{entry.quant}") for f in entry.files]
-    manager.start()
+    manager.start(only=[j.id for j in jobs])  # not the app's other queued jobs
     try:
         finals = manager.wait([j.id for j in jobs])
     except KeyboardInterrupt:

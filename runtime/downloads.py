@@ -7,32 +7,22 @@
     [done] = manager.wait([job.id])
     done.path   # models/Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q8_0.gguf
 
-What happens to one file:
+How one file is fetched, resumed, verified and placed in the library: runtime.file_download.
 
-1. HEAD `resolve/<revision>/<file>` (huggingface_hub's `get_hf_file_metadata`): the etag (the
-   LFS sha256), size, resolved commit and the URL to GET. 404 → `RemoteFileNotFound`,
-   401/403 → `GatedRepo` (asks for a token; `set_token` + `retry` continues).
-2. The partial `downloads/<job>.part` is checked against that etag: if the file changed
-   upstream since the partial was started, it restarts from zero and says so (a notice event).
-3. Free disk space is checked (`DiskFull`) before a byte is fetched.
-4. GET with `Range: bytes=<partial size>-`; every received chunk is appended and hashed at once.
-   A resumed partial is first hashed from disk (hashlib's state cannot be saved across runs).
-5. Connection errors, HTTP 5xx/429 and stalls (no byte for `stall_timeout` seconds) are retried
-   with exponential backoff; an attempt that made progress resets the count.
-6. Size and sha256 are verified. A mismatch moves the file aside (`downloads/*.bad`) and fails
-   with `HashMismatch`; only a verified file is moved into the library, atomically.
+Jobs live in `downloads/queue.json`, which every Outrider process shares
+(runtime.download_queue), so the queue survives a crash or restart: a job that was running
+comes back queued and resumes from its partial file. Events (`DownloadProgress`,
+`DownloadStateChanged`, `DownloadNotice`) are delivered from worker threads to `on_event`; the
+Qt app wraps them into signals.
 
-Why not `hf_hub_download`: it cannot pause, reports progress only through tqdm and resumes
-only within one call. Outrider wraps the smallest piece itself, one ranged GET
-(`runtime.transfer.fetch_into`); every Hub-specific part (URLs, headers, token, metadata,
-errors) stays in huggingface_hub's hands.
-
-Jobs live in `downloads/queue.json` (rewritten atomically on each state change), so the queue
-survives a crash or restart: a job that was running comes back queued and resumes from its
-partial file. The app and `outrider pull` may both write it: each change is a read-modify-write
-under a cross-process file lock, so neither drops the other's jobs (`_QueueFile`). Events
-(`DownloadProgress`, `DownloadStateChanged`, `DownloadNotice`) are delivered from worker
-threads to `on_event`; the Qt app wraps them into signals.
+Two ways to start. `start()` runs the whole queue (the app), and takes in the jobs other
+processes add to the file later: every `watch_interval` seconds it compares the file's stamp,
+reads the file when it changed, and announces each new job (`DownloadStateChanged`). A job
+another process queued is that process's to start: it is shown queued, then running elsewhere
+once that process holds its lock (below), and taken up here only as any job running elsewhere
+is (its owner stops before the end), or when the user asks this process for it (enqueue,
+resume, retry). `start(only=ids)` runs those jobs alone (`outrider pull X`: X's files); the
+other queued jobs stay on file for the app, and no new job is taken in.
 
 One job, one downloader. Two processes may hold the same job (the app queued it, then
 `outrider pull` loaded the queue), but only the one holding the job's lock
@@ -53,9 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
-import json
-import os
 import shutil
 import threading
 import time
@@ -68,86 +55,15 @@ from typing import Any, Literal
 import filelock
 import httpx
 
-from runtime.atomic_file import atomic_output
-from runtime.errors import (
-    DiskFull,
-    DownloadError,
-    DownloadFailed,
-    DownloadRunningElsewhere,
-    GatedRepo,
-    HashMismatch,
-    HubServerError,
-    HubUnreachable,
-    OutriderError,
-)
-from runtime.hub import FileMetadata, Hub
-from runtime.transfer import (
-    Hashing,
-    Rate,
-    Retryable,
-    StopFlag,
-    Stopped,
-    fetch_into,
-    fmt_bytes,
-    same_origin,
-)
+from runtime.download_queue import ACTIVE, SETTLED, DownloadJob, JobState, QueueFile, RetryPolicy
+from runtime.errors import DownloadError, DownloadRunningElsewhere, OutriderError
+from runtime.file_download import FileDownload
+from runtime.hub import Hub
+from runtime.transfer import Rate, StopFlag, Stopped
 
-JobState = Literal["queued", "running", "paused", "done", "failed", "cancelled"]
-SETTLED: frozenset[str] = frozenset({"paused", "done", "failed", "cancelled"})
-ACTIVE: frozenset[str] = frozenset({"queued", "running", "paused"})
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """When to try again. Delays: initial, ×factor per failed attempt, capped at `max_delay`.
-
-    >>> [RetryPolicy().delay(n) for n in (1, 2, 3, 8)]
-    [1.0, 2.0, 4.0, 60.0]
-    """
-
-    max_attempts: int = 8  # consecutive attempts that brought no new byte
-    initial_delay: float = 1.0
-    factor: float = 2.0
-    max_delay: float = 60.0
-    stall_timeout: float = 30.0  # no byte for this long counts as a stall
-    connect_timeout: float = 20.0
-
-    def delay(self, attempt: int) -> float:
-        return float(min(self.max_delay, self.initial_delay * self.factor ** max(0, attempt - 1)))
-
-
-@dataclass(frozen=True)
-class DownloadJob:
-    """One file to fetch. `etag`/`commit` name the upstream version the partial file holds."""
-
-    id: str
-    repo_id: str
-    filename: str
-    revision: str = "main"
-    state: JobState = "queued"
-    size: int | None = None
-    sha256: str | None = None
-    etag: str | None = None
-    commit: str | None = None
-    received: int = 0
-    path: str | None = None  # the library file, once done
-    error_kind: str | None = None  # the OutriderError subclass name, when failed
-    error: str | None = None
-    group: str | None = None  # ties the parts of a split model together ("repo:Q4_K_M")
-    added: float = 0.0
-    # This process's view, never saved: another Outrider process holds the job's lock and is
-    # downloading it (state "running"; `received` follows its partial file). Here it can
-    # only be watched: pause, cancel and remove raise DownloadRunningElsewhere.
-    elsewhere: bool = False
-
-    @property
-    def library_relpath(self) -> Path:
-        owner, _, name = self.repo_id.partition("/")
-        return Path(owner) / name / self.filename
-
-    @property
-    def needs_token(self) -> bool:
-        return self.error_kind == GatedRepo.__name__
+# The manager's face, the queue module's DownloadJob and RetryPolicy included.
+__all__ = ["DownloadEvent", "DownloadJob", "DownloadManager", "DownloadNotice",
+           "DownloadProgress", "DownloadStateChanged", "EventSink", "JobState", "RetryPolicy"]
 
 
 @dataclass(frozen=True)
@@ -177,98 +93,11 @@ DownloadEvent = DownloadProgress | DownloadStateChanged | DownloadNotice
 EventSink = Callable[[DownloadEvent], None]
 
 
-class _QueueFile:
-    """The jobs as JSON, shared by every Outrider process of this user (the app, `outrider pull`).
-
-    Each change is one read-modify-write under a cross-process file lock (`queue.json.lock`,
-    through `filelock`): read the file, put in the one job this process changed (or drop the
-    one it removed), write it back atomically (temporary file + rename). Jobs another process
-    added or changed meanwhile survive; a whole-list rewrite would drop them.
-
-        app:  update([A])   -> file {A}
-        pull: update([B])   -> file {A, B}     (a plain rewrite of pull's own list: {B})
-
-    The lock is an OS lock (flock / LockFileEx): the kernel drops it when its holder dies, so
-    a crashed process never leaves the queue locked. A live holder that hangs for `timeout`
-    seconds ends the wait with a `DownloadError` instead of blocking forever.
-    """
-
-    def __init__(self, path: Path, timeout: float = 30.0) -> None:
-        self.path = path
-        self.timeout = timeout
-        self._lock = filelock.FileLock(path.with_name(path.name + ".lock"), timeout=timeout)
-
-    def load(self) -> list[DownloadJob]:
-        """The jobs on file now (none when there is no file yet)."""
-        with self._locked():
-            return list(self._read().values())
-
-    def get(self, job_id: str) -> DownloadJob | None:
-        with self._locked():
-            return self._read().get(job_id)
-
-    def add(self, job: DownloadJob, same: Callable[[DownloadJob], bool]) -> DownloadJob:
-        """Put `job` in, unless a job on file is the `same` (another process queued the file
-        since this one read the queue): then that job, and nothing is written."""
-        with self._locked():
-            jobs = self._read()
-            found = next((j for j in jobs.values() if same(j)), None)
-            if found is not None:
-                return found
-            jobs[job.id] = job
-            self._write(jobs.values())
-            return job
-
-    def update(self, changed: Iterable[DownloadJob] = (), removed: Iterable[str] = ()) -> None:
-        """Put `changed` in (by id, replacing what is there) and drop the ids in `removed`."""
-        with self._locked():
-            jobs = self._read()
-            for job_id in removed:
-                jobs.pop(job_id, None)
-            for job in changed:
-                jobs[job.id] = job
-            self._write(jobs.values())
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with self._lock:
-                yield
-        except filelock.Timeout as exc:
-            raise DownloadError(
-                f"another Outrider process has held the download queue for over "
-                f"{self.timeout:g} s ({self._lock.lock_file}); try again when it is done, "
-                "or quit it") from exc
-
-    def _read(self) -> dict[str, DownloadJob]:
-        try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError):
-            # A queue file we cannot read is kept for inspection, never silently overwritten.
-            os.replace(self.path, self.path.with_suffix(".json.unreadable"))
-            return {}
-        known = {f.name for f in dataclasses.fields(DownloadJob)} - {"elsewhere"}
-        jobs = [DownloadJob(**{k: v for k, v in d.items() if k in known})
-                for d in data.get("jobs", [])]
-        return {job.id: job for job in jobs}
-
-    def _write(self, jobs: Iterable[DownloadJob]) -> None:
-        records = [dataclasses.asdict(j) for j in jobs]
-        for record in records:
-            del record["elsewhere"]  # one process's view, not the job's
-        text = json.dumps({"version": 1, "jobs": records}, indent=1)
-        with atomic_output(self.path, prefix=".queue-", suffix=".tmp") as tmp:
-            tmp.write_text(text)
-
-
 class DownloadManager:
     """The queue and its worker threads. Every public method is thread-safe and returns at once
     (except `wait` and `shutdown`). A change waits for the queue file's lock: milliseconds,
     unless another process hangs holding it — then `DownloadError` after `queue_lock_timeout` s.
-    Jobs another process is downloading are followed every `watch_interval` s (module doc)."""
+    Jobs other processes add or download are followed every `watch_interval` s (module doc)."""
 
     def __init__(self, hub: Hub, *, models_dir: Path | None = None,
                  downloads_dir: Path | None = None, max_concurrent: int = 2,
@@ -295,16 +124,18 @@ class DownloadManager:
         self.watch_interval = watch_interval
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
-        self._queue_file = _QueueFile(self.downloads_dir / "queue.json", queue_lock_timeout)
+        self._queue_file = QueueFile(self.downloads_dir / "queue.json", queue_lock_timeout)
         self._jobs: dict[str, DownloadJob] = {}
         for job in self._queue_file.load():
             # A job that was running when the process died resumes from its partial file.
             self._jobs[job.id] = dataclasses.replace(job, state="queued") if job.state == "running" else job
         self._controls: dict[str, StopFlag] = {}
         self._threads: dict[str, threading.Thread] = {}
-        self._watcher: threading.Thread | None = None  # runs while a job runs elsewhere
+        self._watcher: threading.Thread | None = None  # follows the queue file (module doc)
         self._watch_stop = threading.Event()
         self._started = False
+        self._only: frozenset[str] | None = None  # start(only=...): the jobs it may start
+        self._foreign: set[str] = set()  # queued by another process, for it to start
         self._client = self._new_client()
 
     def __repr__(self) -> str:
@@ -317,12 +148,15 @@ class DownloadManager:
         return httpx.Client(follow_redirects=True, timeout=httpx.Timeout(
             self.retry_policy.stall_timeout, connect=self.retry_policy.connect_timeout))
 
-    def start(self) -> None:
-        """Begin (or continue) fetching queued jobs, including those found from a previous run."""
+    def start(self, only: Iterable[str] | None = None) -> None:
+        """Begin (or continue) fetching queued jobs, including those found from a previous run,
+        and take in the jobs other processes add. With `only`: fetch those jobs alone, leave
+        the other queued jobs as they are, and take in nothing (`outrider pull`)."""
         with self._lock:
             if self._client.is_closed:  # started again after a shutdown
                 self._client = self._new_client()
             self._started = True
+            self._only = None if only is None else frozenset(only)
             self._watch_stop.clear()
             self._start_watcher()
         self._pump()
@@ -338,6 +172,8 @@ class DownloadManager:
                 if job.state == "done" and job.path and Path(job.path).is_file():
                     return job
                 if job.state in ("queued", "running", "paused"):
+                    self._claim(job.id)  # asked for here: started here if it waits
+                    self._pump()
                     return job
                 if job.state == "failed":
                     self.retry(job.id)
@@ -380,6 +216,7 @@ class DownloadManager:
 
     def resume(self, job_id: str) -> None:
         if self.job(job_id).state == "paused":
+            self._claim(job_id)
             self._set(job_id, state="queued")
             self._pump()
 
@@ -400,6 +237,7 @@ class DownloadManager:
     def retry(self, job_id: str) -> None:
         """Queue a failed or cancelled job again (after a token was set, space freed ...)."""
         if self.job(job_id).state in ("failed", "cancelled"):
+            self._claim(job_id)
             self._set(job_id, state="queued", error=None, error_kind=None)
             self._pump()
 
@@ -557,16 +395,24 @@ class DownloadManager:
         # The state is the user's decision at once; the worker winds down in the background.
         self._set(job_id, state=state)
 
+    def _claim(self, job_id: str) -> None:
+        """The user asked this process for the job: it may start it, whoever queued it."""
+        with self._lock:
+            self._foreign.discard(job_id)
+
     def _pump(self) -> None:
-        """Start workers for queued jobs while slots are free (oldest first). A job turns
-        "running" once its worker holds the job's lock (`_begin`)."""
+        """Start workers for queued jobs while slots are free (oldest first), except other
+        processes' and, started for `only` some, the rest. A job turns "running" once its
+        worker holds the job's lock (`_begin`)."""
         with self._lock:
             if not self._started:
                 return
             for job in sorted(self._jobs.values(), key=lambda j: j.added):
                 if len(self._controls) >= self.max_concurrent:
                     break
-                if job.state != "queued" or job.id in self._controls:
+                if job.state != "queued" or job.id in self._controls or job.id in self._foreign:
+                    continue
+                if self._only is not None and job.id not in self._only:
                     continue
                 control = StopFlag()
                 self._controls[job.id] = control
@@ -653,31 +499,43 @@ class DownloadManager:
             self._settle(job_id, state="running", **learned)
         return True
 
-    # -- jobs another process downloads --------------------------------------------------------
+    # -- jobs of other processes ---------------------------------------------------------------
 
     def _start_watcher(self) -> None:
-        """Start following jobs that run elsewhere, if any and not yet (with `self._lock` held)."""
+        """Start following the queue file, if not yet (with `self._lock` held): while started
+        for the whole queue; started for `only` some, while one of them runs elsewhere."""
         if not self._started or self._watcher is not None:
             return
-        if not any(j.elsewhere for j in self._jobs.values()):
+        if self._only is not None and not self._followed():
             return
         self._watcher = threading.Thread(target=self._watch, name="download-watcher", daemon=True)
         self._watcher.start()
 
+    def _followed(self) -> list[str]:
+        """Jobs looked at each round: running elsewhere, or queued there and not started yet."""
+        return [j.id for j in self._jobs.values()
+                if j.elsewhere or (j.state == "queued" and j.id in self._foreign)]
+
     def _watch(self) -> None:
-        """Every `watch_interval` s, until no job runs elsewhere: read their records once, then
-        follow each. Stops at shutdown."""
+        """Every `watch_interval` s: read the queue file when it changed (or while jobs are
+        followed), take in new jobs, follow the others' jobs. Stops at shutdown or, started for
+        `only` some, when none of them runs elsewhere."""
         rates: dict[str, Rate] = {}
+        seen: tuple[int, int, int] | None = None  # the stamp of the file last read
         try:
             while not self._watch_stop.wait(self.watch_interval):
                 with self._lock:
-                    ids = [j.id for j in self._jobs.values() if j.elsewhere]
-                    if not ids:
+                    ids = self._followed()
+                    if self._only is not None and not ids:
                         return
+                stamp = self._queue_file.stamp()
+                if not ids and stamp == seen:
+                    continue
                 try:
-                    on_file = {j.id: j for j in self._queue_file.load()}
+                    on_file = self._read_queue()
                 except DownloadError:
                     continue  # the queue file is busy: look again next time
+                seen = stamp
                 for job_id in ids:
                     self._follow(job_id, on_file.get(job_id),
                                  rates.setdefault(job_id, Rate(self._clock)))
@@ -687,25 +545,61 @@ class DownloadManager:
                 self._watcher = None
                 self._start_watcher()  # a job went elsewhere as this one was leaving
 
-    def _follow(self, job_id: str, record: DownloadJob | None, rate: Rate) -> None:
-        """One look at a job another process downloads.
+    def _read_queue(self) -> dict[str, DownloadJob]:
+        """The queue file's jobs by id, after taking in those other processes added (unless
+        started for `only` some)."""
+        on_file = {j.id: j for j in self._queue_file.load()}
+        with self._lock:
+            if self._only is not None or on_file.keys() <= self._jobs.keys():
+                return on_file
+            # Read again under our lock: a job this process removed meanwhile stays removed.
+            on_file = {j.id: j for j in self._queue_file.load()}
+            for record in on_file.values():
+                if record.id not in self._jobs:
+                    self._take_in(record)
+        return on_file
 
-        Its record settled (done, failed, paused, cancelled there): show that. Its lock free
-        with the job unfinished (the owner shut down or died): queue it here, to resume from
-        the partial. Otherwise report progress from the partial file's size."""
+    def _take_in(self, record: DownloadJob) -> None:
+        """Show a job another process added (with `self._lock` held), as it stands: settled;
+        running there (its lock held); running on file with its lock free (its process died):
+        queued here, to resume, as at start; queued there: that process's to start."""
+        if record.state in SETTLED:
+            self._put(record)
+        elif self._held_elsewhere(record.id):
+            self._put(dataclasses.replace(record, state="running", elsewhere=True))
+        elif record.state == "running":
+            self._put(dataclasses.replace(record, state="queued"))
+        else:
+            self._foreign.add(record.id)
+            self._put(record)
+
+    def _follow(self, job_id: str, record: DownloadJob | None, rate: Rate) -> None:
+        """One look at a job another process downloads, or queued and has not started.
+
+        Its record settled (done, failed, paused, cancelled there): show that. Its lock held:
+        show it running there, with progress from the partial file's size. Its lock free with
+        the job unfinished after it ran there (the owner shut down or died): queue it here, to
+        resume from the partial; one only queued there stays for that process to start."""
         with self._lock:
             job = self._jobs.get(job_id)
-        if job is None or not job.elsewhere:
+            foreign = job_id in self._foreign
+        if job is None or not (job.elsewhere or foreign):
             return
         if record is not None and record.state in SETTLED:
             self._put(record)
             return
         known = record or job
-        if not self._held_elsewhere(job_id):
-            self._put(dataclasses.replace(known, state="queued", elsewhere=False))
+        held = self._held_elsewhere(job_id)
+        if not held and not job.elsewhere and known.state != "running":
+            return  # still waiting for its process to start it
+        with self._lock:
+            if job_id in self._controls:  # the user asked this process for it meanwhile
+                return
+            self._foreign.discard(job_id)  # it ran there: from now on, like any job elsewhere
+            job = dataclasses.replace(known, state="running" if held else "queued", elsewhere=held)
+            self._put(job)  # what the owner learned (size, etag): no event while the state stays
+        if not held:
             return
-        job = dataclasses.replace(known, state="running", elsewhere=True)
-        self._put(job)  # what the owner learned (size, etag): no event, the state stays
         received = self._live(job).received
         bps = rate.add(received)
         eta = (job.size - received) / bps if job.size is not None and bps > 0 else None
@@ -720,125 +614,15 @@ class DownloadManager:
             self._settle(job_id, state="queued")
 
     def _download(self, job_id: str, control: StopFlag) -> Path:
-        policy = self.retry_policy
-        partial = self._partial(job_id)
-        partial.parent.mkdir(parents=True, exist_ok=True)
-        hashing = Hashing()
-        attempt = 0
-        while True:
-            control.check()
-            job = self.job(job_id)
-            try:
-                meta = self._hub.file_metadata(job.repo_id, job.filename, job.revision)
-                job = self._reconcile(job, meta, partial)
-                size = meta.size or job.size
-                offset = partial.stat().st_size if partial.exists() else 0
-                if size is not None and offset > size:  # longer than the file: cannot be it
-                    partial.unlink()
-                    offset = 0
-                self._check_disk(job, (size - offset) if size is not None else 0, size or 0)
-                hashing.sync(partial)  # a resumed partial: hash what is already on disk
-                if size is None or offset < size:
-                    self._fetch(job, meta, partial, offset, size, hashing, control)
-                break
-            except Retryable as exc:
-                attempt = 1 if exc.received > 0 else attempt + 1
-                reason = exc.reason
-            except (HubUnreachable, HubServerError) as exc:
-                attempt += 1
-                reason = str(exc)
-            if attempt >= policy.max_attempts:
-                raise DownloadFailed(f"{job.filename}: gave up after {attempt} attempts "
-                                     f"without progress ({reason})")
-            delay = policy.delay(attempt)
-            self._emit(DownloadNotice(job_id, f"{job.filename}: {reason}; retrying in {delay:.1f} s "
-                                      f"(attempt {attempt + 1} of {policy.max_attempts})"))
-            control.wait(delay)
-        control.check()
-        return self._verify_and_place(self.job(job_id), partial, hashing)
-
-    def _reconcile(self, job: DownloadJob, meta: FileMetadata, partial: Path) -> DownloadJob:
-        """Make sure the partial holds bytes of the file upstream has now; restart if not."""
-        expected = meta.sha256 or job.sha256
-        if job.etag is None:
-            if job.sha256 and meta.sha256 and job.sha256 != meta.sha256:
-                self._emit(DownloadNotice(job.id, f"{job.filename} changed upstream since it was "
-                                          f"listed (now at revision {meta.commit[:8]})"))
-            partial.unlink(missing_ok=True)  # no etag yet: nothing valid can be in it
-            return self._set(job.id, etag=meta.etag, commit=meta.commit, sha256=expected,
-                             size=meta.size or job.size)
-        if job.etag != meta.etag:
-            self._emit(DownloadNotice(job.id, (
-                f"{job.filename} changed upstream (revision {(job.commit or '?')[:8]} → "
-                f"{meta.commit[:8]}); restarting it from zero")))
-            partial.unlink(missing_ok=True)
-            return self._set(job.id, etag=meta.etag, commit=meta.commit, sha256=meta.sha256,
-                             size=meta.size, received=0)
-        if job.commit != meta.commit:  # a newer commit with this very file: the bytes still hold
-            return self._set(job.id, commit=meta.commit)
-        return job
-
-    def _check_disk(self, job: DownloadJob, remaining: int, size: int) -> None:
-        """Enough room for the rest of the file (and, on another file system, the library copy)."""
-        self.models_dir.mkdir(parents=True, exist_ok=True)
-        needs = [(self.downloads_dir, remaining)]
-        if os.stat(self.models_dir).st_dev != os.stat(self.downloads_dir).st_dev:
-            needs.append((self.models_dir, size))
-        for folder, needed in needs:
-            free = self._disk_usage(folder).free
-            if free < needed + self._reserve:
-                raise DiskFull(f"{job.filename} needs {fmt_bytes(needed)} more but only "
-                               f"{fmt_bytes(free)} is free on {folder}")
-
-    def _fetch(self, job: DownloadJob, meta: FileMetadata, partial: Path, offset: int,
-               size: int | None, hashing: Hashing, stop: StopFlag) -> None:
-        headers = self._hub.headers()
-        if not same_origin(meta.location, meta.url):
-            # A signed CDN URL (the Hub's redirect for LFS files): the token stays on the Hub.
-            headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-        rate = Rate(self._clock)
-        last = [float("-inf")]
-
-        def progress(total: int) -> None:
-            now = self._clock()
-            if now - last[0] >= self._progress_interval or total == size:
-                last[0] = now
-                bps = rate.add(total)
-                eta = (size - total) / bps if size is not None and bps > 0 else None
-                self._emit(DownloadProgress(job.id, job.filename, total, size, bps, eta))
-
-        fetch_into(self._client, meta.location, headers, partial, offset, size, hashing, stop,
-                   stall_timeout=self.retry_policy.stall_timeout, on_progress=progress,
-                   what=f"{job.repo_id}/{job.filename}")
-
-    def _verify_and_place(self, job: DownloadJob, partial: Path, hashing: Hashing) -> Path:
-        size = partial.stat().st_size
-        if job.size is not None and size != job.size:
-            self._set_aside(job, partial)
-            raise HashMismatch(f"{job.filename} is {size} bytes, not {job.size}; kept aside in "
-                               f"{self.downloads_dir}")
-        hashing.sync(partial)
-        if job.sha256 is not None and hashing.digest.hexdigest() != job.sha256:
-            bad = self._set_aside(job, partial)
-            raise HashMismatch(f"{job.filename} does not match its published sha256; the bad file "
-                               f"is kept aside as {bad.name}")
-        dest = self.models_dir / job.library_relpath
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.replace(partial, dest)  # same file system: atomic
-        except OSError as exc:
-            if exc.errno != errno.EXDEV:
-                raise DownloadError(f"cannot move {job.filename} into {dest.parent}: {exc}") from exc
-            # Another file system: copy beside the target under a name no scan picks up, then
-            # rename, so the library never shows a half-copied file.
-            incoming = dest.with_name(f".{dest.name}.{job.id}.incoming")
-            shutil.copyfile(partial, incoming)
-            os.replace(incoming, dest)
-            partial.unlink()
-        self._settle(job.id, received=size)
-        return dest
-
-    def _set_aside(self, job: DownloadJob, partial: Path) -> Path:
-        bad = self.downloads_dir / f"{job.filename}.{job.id}.bad"
-        os.replace(partial, bad)
-        return bad
+        """Fetch a job's file into the library (runtime.file_download)."""
+        job = self.job(job_id)
+        return FileDownload(
+            job, self._partial(job_id), hub=lambda: self._hub, client=self._client,
+            policy=self.retry_policy, models_dir=self.models_dir,
+            downloads_dir=self.downloads_dir, disk_usage=self._disk_usage,
+            reserve_bytes=self._reserve, clock=self._clock,
+            progress_interval=self._progress_interval,
+            record=lambda **changes: self._set(job_id, **changes),
+            notice=lambda message: self._emit(DownloadNotice(job_id, message)),
+            progress=lambda *p: self._emit(DownloadProgress(job_id, job.filename, *p)),
+        ).run(control)

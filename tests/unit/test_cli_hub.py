@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from runtime.cli import main
+from runtime.downloads import DownloadManager
+from runtime.hub import Hub
 from runtime.paths import user_dirs
 from tests.hubserver import GATED_REPO, GATED_TOKEN, TINY_REPO, FakeHub, Fault
 from tests.hubserver.fixtures import fake_hub  # noqa: F401  (a fixture)
@@ -52,6 +56,25 @@ def test_pull_downloads_with_progress_and_verifies(fake_hub: FakeHub,  # noqa: F
     code, out, err = run(capsys, "pull", f"{TINY_REPO}:tiny-F32.gguf")
     assert code == 0 and "already in the library" in err
     assert fake_hub.stats(TINY_REPO, "tiny-F32.gguf").gets == 2  # nothing fetched again
+
+
+def test_pull_fetches_only_its_own_files(fake_hub: FakeHub,  # noqa: F811
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The app queued another file and is not running: pull of F32 fetches F32 alone, and
+    leaves the app's job queued on file, as it was, for the app."""
+    queue = user_dirs().downloads / "queue.json"
+    app = DownloadManager(Hub())  # never started
+    theirs = app.enqueue(TINY_REPO, "tiny-Q4_K_M.gguf")
+    app.shutdown()
+    [before] = json.loads(queue.read_text())["jobs"]
+    code, out, err = run(capsys, "pull", f"{TINY_REPO}:F32")
+    assert code == 0, err
+    assert out.strip() == str(user_dirs().models / "tiny/Tiny-GGUF/tiny-F32.gguf")
+    other = fake_hub.stats(TINY_REPO, "tiny-Q4_K_M.gguf")
+    assert (other.heads, other.gets, other.bytes_sent) == (0, 0, 0)  # not a request for it
+    after = {j["id"]: j for j in json.loads(queue.read_text())["jobs"]}
+    assert after[theirs.id] == before and before["state"] == "queued"
+    assert [j["state"] for i, j in after.items() if i != theirs.id] == ["done"]
 
 
 def test_pull_a_split_model_by_quant(fake_hub: FakeHub, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811

@@ -16,13 +16,8 @@ from typing import IO
 
 import pytest
 
-from runtime.downloads import (
-    DownloadEvent,
-    DownloadManager,
-    DownloadProgress,
-    DownloadStateChanged,
-    RetryPolicy,
-)
+from runtime.download_queue import DownloadJob, QueueFile, RetryPolicy
+from runtime.downloads import DownloadEvent, DownloadManager, DownloadProgress, DownloadStateChanged
 from runtime.errors import DownloadRunningElsewhere
 from runtime.hub import Hub
 from runtime.paths import user_dirs
@@ -43,7 +38,8 @@ WATCH = 0.02  # watch_interval of the manager that watches
 # runs until killed.
 PULLER = f"""
 import sys
-from runtime.downloads import DownloadManager, DownloadProgress, RetryPolicy
+from runtime.download_queue import RetryPolicy
+from runtime.downloads import DownloadManager, DownloadProgress
 from runtime.hub import Hub
 said = []
 def on_event(e):
@@ -97,13 +93,18 @@ class Events:
             isinstance(e, DownloadStateChanged) and e.job.elsewhere for e in events) and sum(
             isinstance(e, DownloadProgress) and e.job_id == job_id for e in events) >= polls)
 
+    def changed(self, job_id: str) -> threading.Event:
+        """Set once a state change of the job was announced."""
+        return self.when(lambda events: bool(self.states(job_id, events)))
+
     def received(self, n: int) -> threading.Event:
         return self.when(lambda events: any(
             isinstance(e, DownloadProgress) and e.received >= n for e in events))
 
-    def states(self, job_id: str) -> list[tuple[str, bool]]:
+    def states(self, job_id: str,
+               events: list[DownloadEvent] | None = None) -> list[tuple[str, bool]]:
         """(state, elsewhere) of each state change of the job."""
-        return [(e.job.state, e.job.elsewhere) for e in self.events
+        return [(e.job.state, e.job.elsewhere) for e in (self.events if events is None else events)
                 if isinstance(e, DownloadStateChanged) and e.job.id == job_id]
 
 
@@ -240,6 +241,83 @@ def test_a_killed_downloader_leaves_a_lock_taken_at_once(fake_hub: FakeHub) -> N
     stats = fake_hub.stats(TINY_REPO, FILE)
     assert stats.ranges == [None, f"bytes={on_disk}-"]
     assert stats.bytes_sent == len(data) + AT - on_disk
+    assert library_file().read_bytes() == data
+
+
+def test_a_started_manager_takes_in_jobs_another_process_adds(fake_hub: FakeHub) -> None:  # noqa: F811
+    """The app (A) is running when `outrider pull` (B) queues files: A shows them, leaves them
+    for B to start, shows B's download running there with its progress, then done; A fetches
+    no byte of either file (B started one of them alone)."""
+    size = len(source(fake_hub))
+    fake_hub.set_fault(TINY_REPO, FILE, Fault(stall_at=AT, stall_seconds=60))
+    a_events, b_events = Events(), Events()
+    a = DownloadManager(Hub(), retry=FAST, on_event=a_events, watch_interval=WATCH)
+    b = DownloadManager(Hub(), retry=PATIENT, on_event=b_events, progress_interval=0.0)
+    try:
+        a.start()
+        job = b.enqueue(TINY_REPO, FILE)
+        assert a_events.changed(job.id).wait(30)
+        # Once A took in a later job too, A had a round (and free slots) after taking in FILE.
+        later = b.enqueue(TINY_REPO, "tiny-Q4_K_M.gguf")
+        assert a_events.changed(later.id).wait(30)
+        assert [a.job(i).state for i in (job.id, later.id)] == ["queued", "queued"]
+
+        # Twice at AT: the second look read B's record after B had learned the size.
+        watched = a_events.when(lambda events: sum(
+            isinstance(e, DownloadProgress) and e.job_id == job.id and e.received >= AT
+            for e in events) >= 2)
+        b.start(only=[job.id])
+        assert watched.wait(30)
+        view = a.job(job.id)
+        assert (view.state, view.elsewhere, view.received, view.size) == ("running", True, AT, size)
+        fake_hub.release_stalls()  # B's connection drops; B resumes and finishes
+        [final] = a.wait([job.id], timeout=60)
+        assert (final.state, final.path) == ("done", str(library_file()))
+    finally:
+        b.shutdown(timeout=5)
+        a.shutdown(timeout=5)
+    assert a_events.states(job.id) == [("queued", False), ("running", True), ("done", False)]
+    assert b_events.states(job.id) == [("queued", False), ("running", False), ("done", False)]
+    assert a.job(later.id).state == "queued"
+    stats = fake_hub.stats(TINY_REPO, FILE)
+    assert stats.ranges == [None, f"bytes={AT}-"]  # both B's: it never saw the job elsewhere
+    assert stats.bytes_sent == size
+    other = fake_hub.stats(TINY_REPO, "tiny-Q4_K_M.gguf")
+    assert (other.heads, other.gets) == (0, 0)
+
+
+def test_a_job_added_while_its_process_runs_it_shows_running_there(fake_hub: FakeHub) -> None:  # noqa: F811
+    """A record appears in the queue file of a running manager with its lock held (a pull that
+    queued and started it): shown running elsewhere at once, never fetched while the lock is
+    held, and resumed from the partial once that process exits unfinished."""
+    data = source(fake_hub)
+    sha = fake_hub.repo(TINY_REPO).files("main")[FILE].sha256  # type: ignore[index]
+    events = Events()
+    a = DownloadManager(Hub(), retry=FAST, on_event=events, watch_interval=WATCH)
+    downloads = a.downloads_dir  # made by the manager, which read the (empty) queue
+    (downloads / "abc123.part").write_bytes(data[:AT])
+    holder = child(HOLDER, str(downloads / "abc123.part.lock"))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        a.start()
+        watched = events.watched("abc123")
+        QueueFile(downloads / "queue.json").update([DownloadJob(
+            id="abc123", repo_id=TINY_REPO, filename=FILE, state="running", etag=sha,
+            sha256=sha, commit=fake_hub.repo(TINY_REPO).head, size=len(data), added=1.0)])
+        assert watched.wait(30)
+        assert a.job("abc123").received == AT
+        assert fake_hub.stats(TINY_REPO, FILE).gets == 0
+        assert holder.stdin is not None
+        holder.stdin.close()  # it exits: the lock is free, the job unfinished
+        assert holder.wait(30) == 0
+        [final] = a.wait(["abc123"], timeout=60)
+    finally:
+        stop(holder)
+        a.shutdown(timeout=5)
+    assert final.state == "done", final.error
+    assert events.states("abc123") == [("running", True), ("queued", False),
+                                       ("running", False), ("done", False)]
+    assert fake_hub.stats(TINY_REPO, FILE).ranges == [f"bytes={AT}-"]
     assert library_file().read_bytes() == data
 
 

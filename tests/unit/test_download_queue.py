@@ -1,8 +1,11 @@
 """queue.json shared by processes: the app and `outrider pull` add jobs at the same time and
-none is lost; a hung lock holder ends in a typed error, a dead one blocks nothing."""
+none is lost; a hung lock holder ends in a typed error, a dead one blocks nothing; the
+file's stamp changes with every write (what a running app compares to notice new jobs)."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import subprocess
 import sys
@@ -10,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.download_queue import DownloadJob, QueueFile
 from runtime.downloads import DownloadManager
 from runtime.errors import DownloadError
 from runtime.hub import Hub
@@ -122,3 +126,18 @@ def test_a_held_lock_is_a_typed_error_and_a_dead_holder_blocks_nothing(tmp_path:
     assert [j.id for j in manager.jobs()] == [job.id]
     assert queued_names(downloads) == ["a.gguf"]
     manager.shutdown()
+
+
+def test_the_stamp_changes_with_every_write(tmp_path: Path) -> None:
+    """What the app's watcher compares to notice other processes' jobs without reading the file."""
+    queue = QueueFile(tmp_path / "queue.json")
+    assert queue.stamp() is None  # no file yet
+    job = queue.add(DownloadJob(id="a1", repo_id="owner/repo", filename="a.gguf"), lambda j: False)
+    stamps = [queue.stamp()]
+    for state in ("running", "running", "done"):  # the same bytes twice still count as a write
+        queue.update([dataclasses.replace(job, state=state)])
+        stamps.append(queue.stamp())
+    assert None not in stamps
+    assert all(before != after for before, after in itertools.pairwise(stamps))
+    queue.load()  # reading changes nothing
+    assert queue.stamp() == stamps[-1]

@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from runtime.download_queue import DownloadJob, RetryPolicy
 from runtime.downloads import (
     DownloadEvent,
-    DownloadJob,
     DownloadManager,
     DownloadNotice,
     DownloadProgress,
     DownloadStateChanged,
-    RetryPolicy,
 )
 from runtime.hub import Hub
 from runtime.paths import user_dirs
