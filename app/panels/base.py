@@ -22,8 +22,14 @@ MIB = 1 << 20
 PLOT_HEIGHT = 118
 WINDOW_S = 120  # the time plots show at most the last two minutes …
 MIN_SPAN_S = 30  # … and at least half a minute
-NICE_TOPS = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
-HEADROOM = 1.05
+# A round axis top (times a power of ten) and the tick step that cuts it into two or three
+# intervals: more labels would crowd a plot this short.
+NICE_TOPS = ((1.0, 0.5), (1.2, 0.4), (1.5, 0.5), (2.0, 1.0), (3.0, 1.0), (4.0, 2.0),
+             (6.0, 2.0), (8.0, 4.0), (10.0, 5.0))
+HEADROOM = 1.05  # the top tick sits at least 5 % above the data …
+TOP_ROOM = 0.15  # … and the view reaches 15 % above the top tick, so that its label (drawn
+#                  centred on the tick, half of it above) fits: ~10 px of a time plot's ~78,
+#                  for half a label's ~7 (pyqtgraph drops a label that would stick out).
 
 
 def fmt_bytes(n: float) -> str:
@@ -35,28 +41,41 @@ def fmt_bytes(n: float) -> str:
     return f"{n / MIB:,.0f} MiB" if n < 10 * 1024 * MIB else f"{n / (1024 * MIB):,.1f} GiB"
 
 
-def axis_top(peak: float, minimum: float) -> float:
-    """The top of a y axis that starts at 0: `minimum` while the data stay within it (no data,
-    all zeros), else a round number a little above the peak. pyqtgraph's own auto-range would
-    centre all-zero data on 0 (an axis from −0.5 to 0.5: negative rates) and follow every
-    wobble.
+def axis_ticks(peak: float, minimum: float) -> list[float]:
+    """The ticks of a y axis that starts at 0; the last one is the axis top: `minimum` while
+    the data stay within it (no data, all zeros), else a round number a little above the peak.
+    pyqtgraph's own auto-range would centre all-zero data on 0 (an axis from −0.5 to 0.5:
+    negative rates), follow every wobble, and could put a tick right at the plot's edge.
 
-    >>> axis_top(0.0, 10), axis_top(9.5, 10), axis_top(37.2, 10), axis_top(96.0, 10)
-    (10, 10, 40.0, 120.0)
-    >>> axis_top(1234.0, 100), axis_top(float("nan"), 100)
-    (1500.0, 100)
+    >>> axis_ticks(0.0, 10), axis_ticks(9.5, 10), axis_ticks(37.2, 10)
+    ([0.0, 5.0, 10.0], [0.0, 5.0, 10.0], [0.0, 20.0, 40.0])
+    >>> axis_ticks(96.0, 10), axis_ticks(254.0, 100), axis_ticks(float("nan"), 100)
+    ([0.0, 40.0, 80.0, 120.0], [0.0, 100.0, 200.0, 300.0], [0.0, 50.0, 100.0])
     """
-    if not (math.isfinite(peak) and peak > minimum):
-        return minimum
-    target = peak * HEADROOM
+    target = peak * HEADROOM if math.isfinite(peak) and peak > minimum else minimum
     scale = 10.0 ** math.floor(math.log10(target))
-    nice = next(n for n in NICE_TOPS if n * scale >= target)
-    return round(nice * scale, 9)
+    top, step = next((t, s) for t, s in NICE_TOPS if t * scale >= target * (1 - 1e-9))
+    return [round(i * step * scale, 9) for i in range(round(top / step) + 1)]
 
 
 def pin_y_range(plot: pg.PlotWidget, peak: float, minimum: float) -> None:
-    """Show 0 … `axis_top(peak, minimum)` on `plot`'s y axis (never below 0)."""
-    plot.setYRange(0, axis_top(peak, minimum), padding=0)
+    """Label `plot`'s y axis with `axis_ticks(peak, minimum)` and show 0 up to a little above
+    the top tick (never below 0)."""
+    ticks = axis_ticks(peak, minimum)
+    plot.getAxis("left").setTicks([[(y, f"{y:,.0f}" if ticks[1] >= 1 else f"{y:g}")
+                                    for y in ticks]])
+    plot.setYRange(0, ticks[-1] * (1 + TOP_ROOM), padding=0)
+
+
+def style_axes(plot: pg.PlotWidget, palette: Palette) -> None:
+    """Axis lines in the border colour; tick labels and axis titles in the muted text colour.
+    (pyqtgraph's `setPen` gives the titles the line colour, too faint to read; `setLabel`
+    with a colour sets the style that later titles keep.)"""
+    for side in ("left", "bottom"):
+        axis = plot.getAxis(side)
+        axis.setPen(palette.border)
+        axis.setTextPen(palette.muted)
+        axis.setLabel(axis.labelText, color=palette.muted)
 
 
 class Panel(QtWidgets.QFrame):
@@ -85,6 +104,8 @@ class Panel(QtWidgets.QFrame):
         self._grid.setVerticalSpacing(2)
         self._layout.addLayout(self._grid)
         self.values: dict[str, QtWidgets.QLabel] = {}
+        self._rows = 0  # grid rows used so far …
+        self._open_row: int | None = None  # … and the one with a free right half
         self.plot = pg.PlotWidget(background=palette.surface)
         self.plot.setFixedHeight(PLOT_HEIGHT)
         self.plot.setMenuEnabled(False)
@@ -98,32 +119,41 @@ class Panel(QtWidgets.QFrame):
         legend = self.plot.addLegend(offset=(-4, 2), labelTextColor=palette.muted,
                                      labelTextSize="8pt", verSpacing=-6)
         legend.setColumnCount(2)
-        for axis in ("left", "bottom"):
-            self.plot.getAxis(axis).setTextPen(palette.muted)
-            self.plot.getAxis(axis).setPen(palette.border)
+        style_axes(self.plot, palette)
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.series: dict[str, Series] = {}
 
     def add_value(self, key: str, label: str, wide: bool = False) -> QtWidgets.QLabel:
-        """A `label: value` pair; two pairs per row, or a whole row (wrapped) when wide."""
-        row = len(self.values)
+        """A `label: value` pair: two to a row, each value elided to half the leftover width
+        (so keep those short), or, when wide, a row of its own whose value wraps."""
         name = QtWidgets.QLabel(label)
         name.setObjectName("muted")
         value: QtWidgets.QLabel
         if wide:
             value = QtWidgets.QLabel("–")
             value.setWordWrap(True)
-            line = self._grid.rowCount()
+            line = self._new_row()
             self._grid.addWidget(name, line, 0, Qt.AlignmentFlag.AlignTop)
             self._grid.addWidget(value, line, 1, 1, 3)
+        elif self._open_row is not None:
+            value = ElidedLabel("–")
+            self._grid.addWidget(name, self._open_row, 2)
+            self._grid.addWidget(value, self._open_row, 3)
+            self._open_row = None
         else:
             value = ElidedLabel("–")
-            self._grid.addWidget(name, row // 2, (row % 2) * 2)
-            self._grid.addWidget(value, row // 2, (row % 2) * 2 + 1)
+            line = self._open_row = self._new_row()
+            self._grid.addWidget(name, line, 0)
+            self._grid.addWidget(value, line, 1)
         self._grid.setColumnStretch(1, 1)
         self._grid.setColumnStretch(3, 1)
         self.values[key] = value
         return value
+
+    def _new_row(self) -> int:
+        self._open_row = None
+        self._rows += 1
+        return self._rows - 1
 
     def add_curve(self, key: str, name: str, color_index: int) -> None:
         color = self.palette_.plot[color_index % len(self.palette_.plot)]
@@ -131,7 +161,9 @@ class Panel(QtWidgets.QFrame):
         self.series[key] = Series()
 
     def set_value(self, key: str, text: str) -> None:
+        """Show `text`, which is also the tooltip (the whole of it, should it ever be elided)."""
         self.values[key].setText(text)
+        self.values[key].setToolTip(text)
 
     def record(self, key: str, t: float, value: float) -> None:
         self.series[key].append(t, value)
@@ -156,9 +188,7 @@ class Panel(QtWidgets.QFrame):
         self.palette_ = palette
         for plot in self.plots():
             plot.setBackground(palette.surface)
-            for axis in ("left", "bottom"):
-                plot.getAxis(axis).setTextPen(palette.muted)
-                plot.getAxis(axis).setPen(palette.border)
+            style_axes(plot, palette)
 
     def plots(self) -> list[pg.PlotWidget]:
         return [self.plot]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 
-from app.panels.base import MIB, PLOT_HEIGHT, Panel, fmt_bytes, pin_y_range
+from app.panels.base import MIB, PLOT_HEIGHT, Panel, fmt_bytes, pin_y_range, style_axes
 from app.qt import QtWidgets
 from app.theme import Palette
 from app.wire import DeviceMemory, MetricsSnapshot
@@ -32,7 +32,7 @@ class MemoryPanel(Panel):
         super().__init__("Memory", palette, MIN_TOP_MIB, parent)
         self.add_value("planned", "Planned")
         self.add_value("used", "Used")
-        self.add_value("kv_cells", "KV cells")
+        self.add_value("kv_cells", "KV cells", wide=True)  # "131,072 / 131,072" needs the row
         self.add_value("free", "Free", wide=True)
         self.chart = pg.PlotWidget(background=palette.surface)
         self.chart.setFixedHeight(PLOT_HEIGHT)
@@ -43,9 +43,7 @@ class MemoryPanel(Panel):
         self.chart.getAxis("bottom").setTicks([[]])  # device names, once a snapshot lists them
         self.chart.setXRange(-0.6, 0.6, padding=0)
         pin_y_range(self.chart, 0.0, MIN_TOP_MIB)
-        for axis in ("left", "bottom"):
-            self.chart.getAxis(axis).setTextPen(palette.muted)
-            self.chart.getAxis(axis).setPen(palette.border)
+        style_axes(self.chart, palette)
         colors = {"weights": palette.plot[0], "kv": palette.plot[1], "compute": palette.plot[3],
                   "used": palette.plot[2]}
         names = {"weights": "weights", "kv": "KV", "compute": "compute", "used": "used"}
@@ -87,6 +85,10 @@ class MemoryPanel(Panel):
         self.bars["used"].setOpts(x=[x + BAR / 2 + 0.02 for x in xs], height=used_mib,
                                   y0=[0] * len(xs))
         self.chart.getAxis("bottom").setTicks([[(x, _short(d.name)) for x, d in zip(xs, devices, strict=True)]])
+        # The whole device names (the axis shortens them), with what each bar shows.
+        self.chart.getPlotItem().setToolTip("\n".join(
+            f"{d.name}: planned {fmt_bytes(d.planned_bytes)}, used {fmt_bytes(used_bytes(d, snapshot))}"
+            for d in devices))
         self.chart.setXRange(-0.6, max(0.6, len(xs) - 0.4), padding=0)
         planned_mib = [w + k + c for w, k, c in zip(weights, kv, compute, strict=True)]
         pin_y_range(self.chart, max(used_mib + planned_mib, default=0.0), MIN_TOP_MIB)

@@ -26,11 +26,13 @@ FULL = 100.0  # % acceptance: the y axis is always 0 … 100
 class SpeculativePanel(Panel):
     def __init__(self, palette: Palette, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Speculative", palette, FULL, parent)
+        # Short names keep the name column narrow, so the wide rows' values fit on one line
+        # at the dock's default width.
         self.add_value("acceptance", "Acceptance")
-        self.add_value("mean_len", "Mean accepted")
         self.add_value("k", "Draft k")
-        self.add_value("counts", "Accepted / drafted")
-        self.add_value("speedup", "Speedup")
+        self.add_value("counts", "Accepted", wide=True)
+        self.add_value("mean_len", "Per step", wide=True)  # the mean accepted length
+        self.add_value("speedup", "Speedup", wide=True)
         self.add_value("state", "Drafting", wide=True)
         self.plot.setLabel("left", "%")
         self.add_curve("acceptance", "acceptance", 2)
@@ -64,7 +66,7 @@ class SpeculativePanel(Panel):
             return
         self.set_value("acceptance", f"{snapshot.acceptance_rate:.0%}")
         if snapshot.mean_accepted_length is not None:
-            self.set_value("mean_len", f"{snapshot.mean_accepted_length:.2f} tokens/step")
+            self.set_value("mean_len", f"{snapshot.mean_accepted_length:.2f} tokens")
         if snapshot.draft_k is not None:
             self.set_value("k", str(snapshot.draft_k))
         reason = snapshot.drafting_off_reason
@@ -85,9 +87,9 @@ class SpeculativePanel(Panel):
         if step is None:
             return
         self.set_value("acceptance", f"{step.acceptance_rate:.0%}")
-        self.set_value("mean_len", f"{step.mean_accepted_length:.2f} tokens/step")
+        self.set_value("mean_len", f"{step.mean_accepted_length:.2f} tokens")
         self.set_value("k", str(step.k))
-        self.set_value("counts", f"{self._accepted:,} / {self._drafted:,}")
+        self.set_value("counts", f"{self._accepted:,} / {self._drafted:,} drafted")
         self.set_value("speedup", f"predicted {step.predicted_speedup:.2f}× · "
                                   f"measured {step.measured_speedup:.2f}×")
         reason = step.drafting_off_reason

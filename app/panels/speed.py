@@ -13,21 +13,31 @@ from app.wire import MetricsSnapshot
 MIN_TOP = 10.0  # tok/s: the y axis shows at least 0 … 10 (round ticks while idle)
 
 
+def fmt_rate(tokens_per_s: float) -> str:
+    """Tokens per second, with a decimal only where it matters (and where it fits: a GPU's
+    prefill rate runs to five digits).
+
+    >>> fmt_rate(67.62), fmt_rate(12345.6)
+    ('67.6 tok/s', '12,346 tok/s')
+    """
+    return f"{tokens_per_s:,.{1 if tokens_per_s < 100 else 0}f} tok/s"
+
+
 class SpeedPanel(Panel):
     def __init__(self, palette: Palette, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Speed", palette, MIN_TOP, parent)
         self.add_value("decode", "Decode")
         self.add_value("prefill", "Prefill")
         self.add_value("ttft", "Last TTFT")
-        self.add_value("sequences", "Sequences")
+        self.add_value("sequences", "Sequences", wide=True)
         self.plot.setLabel("left", "tok/s")
         self.add_curve("decode", "decode", 0)
         self.add_curve("prefill", "prefill", 1)
         self.finish_layout()
 
     def update_metrics(self, snapshot: MetricsSnapshot) -> None:
-        self.set_value("decode", f"{snapshot.decode_tokens_per_s:,.1f} tok/s")
-        self.set_value("prefill", f"{snapshot.prefill_tokens_per_s:,.1f} tok/s")
+        self.set_value("decode", fmt_rate(snapshot.decode_tokens_per_s))
+        self.set_value("prefill", fmt_rate(snapshot.prefill_tokens_per_s))
         waiting = f" (+{snapshot.waiting_sequences} waiting)" if snapshot.waiting_sequences else ""
         self.set_value("sequences", f"{snapshot.active_sequences} active{waiting}")
         self.record("decode", snapshot.time, snapshot.decode_tokens_per_s)

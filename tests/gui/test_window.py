@@ -42,7 +42,7 @@ def test_panels_receive_metrics_and_plot_them(qtbot, fake_window: MainWindow) ->
 
     send(qtbot, window, "one two three")
     qtbot.waitUntil(lambda: curve_ys(panels.speed.curves["decode"])[-1] > 0, timeout=5_000)
-    assert panels.speculative.values["counts"].text() == "12 / 24"  # 6 steps of 2 / 4
+    assert panels.speculative.values["counts"].text() == "12 / 24 drafted"  # 6 steps of 2 / 4
     assert "predicted 1.40×" in panels.speculative.values["speedup"].text()
     assert panels.speed.values["ttft"].text().endswith("ms")
 
