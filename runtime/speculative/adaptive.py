@@ -138,7 +138,7 @@ class DraftLengthController:
         self.state: State = "learning" if fixed_k is None else "on"
         self.off_reason: str | None = None
         self._plan = list(learning_plan(k_max))
-        self._k = k_max  # the current choice, kept unless another k is clearly better
+        self._k = k_max  # the last k chosen: a climb starts from it
         self._plain_left = 0  # plain steps still to run while off
         self._probe_left = 0  # probe rounds still to run
         self._back_from_probe = False  # on again after a probe, no window judged yet
@@ -264,11 +264,6 @@ class DraftLengthController:
         """Expected tokens per second when drafting k."""
         cost = k * (self._t_draft or 0.0) + self.verify_cost(k)
         return expected_tokens(self.alpha, k) / cost if cost > 0 else 0.0
-
-    def best_k(self) -> int:
-        """The k in 0..k_max with the highest predicted rate (ties: the smaller k)."""
-        rates = [self.predicted_rate(k) for k in range(self.k_max + 1)]
-        return max(range(self.k_max + 1), key=lambda k: (rates[k], -k))
 
     def _choose(self, *, positive: bool = False) -> int:
         """The k to draft: the longest predicted within LONG_BIAS of the best rate (one
