@@ -9,7 +9,9 @@ on) and re-lays out its scene on every series change, which costs more at 1 Hz �
 
 from __future__ import annotations
 
+import html
 import math
+from collections.abc import Iterable
 
 import pyqtgraph as pg
 
@@ -39,6 +41,28 @@ def fmt_bytes(n: float) -> str:
     ('98 MiB', '24.0 GiB')
     """
     return f"{n / MIB:,.0f} MiB" if n < 10 * 1024 * MIB else f"{n / (1024 * MIB):,.1f} GiB"
+
+
+def legend_html(entries: Iterable[tuple[str, str]], mark: str = "━━") -> str:
+    """A legend as rich text, for a label above a plot: each (colour, name) as a mark in the
+    colour and the name in the label's own (muted) colour. Inside the plot, pyqtgraph's legend
+    would sit over the curves: the top right holds the newest samples, and a flat line such
+    as the engine's RAM runs the whole width near the top.
+
+    >>> legend_html([("#3b6fd8", "decode"), ("#e07b39", "prefill")])
+    "<span style='color:#3b6fd8;'>━━</span>&nbsp;decode&nbsp;&nbsp; <span style='color:#e07b39;'>━━</span>&nbsp;prefill"
+    """
+    return "&nbsp;&nbsp; ".join(f"<span style='color:{color};'>{mark}</span>&nbsp;{html.escape(name)}"
+                                for color, name in entries)
+
+
+def legend_label(text: str = "") -> QtWidgets.QLabel:
+    """The label that holds a `legend_html` (muted, so readable in either theme; wrapping,
+    should there be many GPUs)."""
+    label = QtWidgets.QLabel(text)
+    label.setObjectName("muted")
+    label.setWordWrap(True)
+    return label
 
 
 def axis_ticks(peak: float, minimum: float) -> list[float]:
@@ -79,11 +103,13 @@ def style_axes(plot: pg.PlotWidget, palette: Palette) -> None:
 
 
 class Panel(QtWidgets.QFrame):
-    """A card: title, a grid of `label: value` pairs, and a time plot below.
+    """A card: title, a grid of `label: value` pairs, and a time plot below, with its legend
+    above it.
 
     Attributes:
         plot: the pyqtgraph PlotWidget (x: seconds before now; y: from 0 up to at least
             `y_minimum`, more when the visible data need it).
+        legend: the label above the plot naming each curve in its colour.
         curves: name → PlotDataItem, one per series.
     """
 
@@ -115,10 +141,7 @@ class Panel(QtWidgets.QFrame):
         self.plot.setLabel("bottom", "seconds ago")
         self.plot.setXRange(-MIN_SPAN_S, 0, padding=0.01)
         pin_y_range(self.plot, 0.0, y_minimum)
-        # Legend in the top right corner (negative offset), where the newest samples are.
-        legend = self.plot.addLegend(offset=(-4, 2), labelTextColor=palette.muted,
-                                     labelTextSize="8pt", verSpacing=-6)
-        legend.setColumnCount(2)
+        self.legend = legend_label()
         style_axes(self.plot, palette)
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.series: dict[str, Series] = {}
@@ -159,6 +182,8 @@ class Panel(QtWidgets.QFrame):
         color = self.palette_.plot[color_index % len(self.palette_.plot)]
         self.curves[key] = self.plot.plot([], [], name=name, pen=pg.mkPen(color, width=2))
         self.series[key] = Series()
+        self.legend.setText(legend_html((curve.opts["pen"].color().name(), curve.name())
+                                        for curve in self.curves.values()))
 
     def set_value(self, key: str, text: str) -> None:
         """Show `text`, which is also the tooltip (the whole of it, should it ever be elided)."""
@@ -194,4 +219,5 @@ class Panel(QtWidgets.QFrame):
         return [self.plot]
 
     def finish_layout(self) -> None:
+        self._layout.addWidget(self.legend)
         self._layout.addWidget(self.plot)

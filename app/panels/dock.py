@@ -65,7 +65,7 @@ class LivePanels(QtWidgets.QDockWidget):
         if busy:
             self.speculative.reset_reply()
         else:
-            self.speculative.flush()
+            self.speculative.end_reply()
 
     def on_reply_finished(self, message: Message) -> None:
         self.speed.update_reply(message.stats)

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 
-from app.panels.base import MIB, PLOT_HEIGHT, Panel, fmt_bytes, pin_y_range, style_axes
+from app.panels.base import (
+    MIB,
+    PLOT_HEIGHT,
+    Panel,
+    fmt_bytes,
+    legend_html,
+    legend_label,
+    pin_y_range,
+    style_axes,
+)
 from app.qt import QtWidgets
 from app.theme import Palette
 from app.wire import DeviceMemory, MetricsSnapshot
@@ -46,22 +55,17 @@ class MemoryPanel(Panel):
         style_axes(self.chart, palette)
         colors = {"weights": palette.plot[0], "kv": palette.plot[1], "compute": palette.plot[3],
                   "used": palette.plot[2]}
-        names = {"weights": "weights", "kv": "KV", "compute": "compute", "used": "used"}
+        names = {"weights": "weights", "kv": "KV", "compute": "compute (planned)", "used": "used"}
         self.bars: dict[str, pg.BarGraphItem] = {}
         for key, color in colors.items():
             item = pg.BarGraphItem(x=[], height=[], width=BAR, brush=color, pen=None)
             self.chart.addItem(item)
             self.bars[key] = item
+        # Above the chart, as the time plot's: pyqtgraph's legend would cover the bars.
+        self.bar_legend = legend_label(legend_html(
+            ((colors[key], names[key]) for key in colors), mark="■"))
+        self._layout.addWidget(self.bar_legend)
         self._layout.addWidget(self.chart)
-        # A rich-text legend under the chart: pyqtgraph's legend would cover the bars.
-        legend = QtWidgets.QLabel()
-        legend.setObjectName("muted")
-        legend.setWordWrap(True)
-        legend.setText(" &nbsp;".join(
-            f"<span style='color:{colors[k]};'>■</span> {names[k]}"
-            for k in ("weights", "kv", "compute"))
-            + f" (planned) &nbsp;<span style='color:{colors['used']};'>■</span> used")
-        self._layout.addWidget(legend)
         self.plot.setLabel("left", "MiB")
         self.add_curve("rss", "engine RAM", 2)
         self.finish_layout()

@@ -21,9 +21,48 @@ NO_DRAFT = "no drafter loaded (choose a draft model or n-gram lookup in Settings
 WAITING = "waiting for the first speculative round"
 STEP_REPAINT_MS = 100
 FULL = 100.0  # % acceptance: the y axis is always 0 … 100
+SHOWN = ("acceptance", "k", "counts", "mean_len", "speedup")  # what a new load clears
+
+
+def drafting_state(drafter: str | None, refused: str | None, off_reason: str | None,
+                   rounds_seen: bool, generating: bool) -> str:
+    """The "Drafting" line: what is true of drafting now, in a few words.
+
+    `drafter`, `refused`: the loaded model's drafter ("ngram", a draft model's name, None) and
+    why a requested draft model was refused; `off_reason`: why the engine stopped drafting
+    for the sequence it runs (it judges each sequence on its own, so the reason lapses when
+    the sequence ends); `rounds_seen`: whether any speculative round ran since this load;
+    `generating`: whether a sequence is being written. Once idle the panel keeps the last
+    reply's numbers, and the line says they are not live.
+
+    >>> drafting_state("ngram", None, None, rounds_seen=False, generating=False)
+    'ngram: waiting for the first speculative round'
+    >>> drafting_state("ngram", None, None, rounds_seen=True, generating=True)
+    'on (ngram)'
+    >>> drafting_state("ngram", None, None, rounds_seen=True, generating=False)
+    'on (ngram) · idle'
+    >>> drafting_state("ngram", None, "speculation off: slower than plain", True, True)
+    'off — speculation off: slower than plain'
+    >>> drafting_state("ngram", None, "speculation off: slower than plain", True, False)
+    'on (ngram) · idle'
+    >>> drafting_state(None, "vocabularies differ", None, rounds_seen=False, generating=False)
+    'off — draft refused: vocabularies differ'
+    """
+    if refused:
+        return f"off — draft refused: {refused}"
+    if off_reason and generating:
+        return f"off — {off_reason}"
+    if not rounds_seen:
+        return f"{drafter}: {WAITING}" if drafter else f"off — {NO_DRAFT}"
+    on = f"on ({drafter or 'draft'})"  # rounds before the model's description arrived
+    return on if generating else f"{on} · idle"
 
 
 class SpeculativePanel(Panel):
+    """Attributes (besides `Panel`'s):
+        rounds_seen: whether a speculative round ran since the model was loaded.
+    """
+
     def __init__(self, palette: Palette, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Speculative", palette, FULL, parent)
         # Short names keep the name column narrow, so the wide rows' values fit on one line
@@ -39,44 +78,52 @@ class SpeculativePanel(Panel):
         self.finish_layout()
         self._drafted = 0
         self._accepted = 0
-        self._drafter: str | None = None
-        self._refused: str | None = None
+        self._model: ModelInfo | None = None
+        self.rounds_seen = False
+        self._off_reason: str | None = None  # the latest the engine gave (metrics or a round)
+        self._replying = False  # a reply of this app's chat is being written …
+        self._active = 0  # … or the engine runs sequences (this chat's, or a server client's)
         self._last_step: StepStats | None = None
         self._step_throttle = Throttle(self._show_step, STEP_REPAINT_MS, self)
+        self._show_state()
 
     def set_model(self, model: ModelInfo | None) -> None:
-        """The loaded model's drafter (None, "ngram" or a draft model's name)."""
-        self._drafter = model.draft if model else None
-        self._refused = model.draft_refused if model else None
-        self.set_value("state", self._idle_state(None))
+        """The loaded model (its drafter: None, "ngram" or a draft model's name). The engine
+        client sends None before every load, and may send the same load again with new
+        measurements: only a new load starts over."""
+        if model is None or self._model is None or \
+                (model.path, model.draft) != (self._model.path, self._model.draft):
+            self.rounds_seen = False
+            self._off_reason = None
+            for key in SHOWN:  # the previous model's numbers
+                self.set_value(key, "–")
+        self._model = model
+        self._show_state()
 
-    def _idle_state(self, reason: str | None) -> str:
-        if reason:
-            return f"off — {reason}"
-        if self._refused:
-            return f"off — draft refused: {self._refused}"
-        if self._drafter:
-            return f"{self._drafter}: {WAITING}"
-        return f"off — {NO_DRAFT}"
+    def _show_state(self) -> None:
+        model = self._model
+        self.set_value("state", drafting_state(
+            model.draft if model else None, model.draft_refused if model else None,
+            self._off_reason, self.rounds_seen, self._replying or self._active > 0))
 
     def update_metrics(self, snapshot: MetricsSnapshot) -> None:
-        if snapshot.acceptance_rate is None:
-            self.set_value("state", self._idle_state(snapshot.drafting_off_reason))
-            self.redraw(snapshot.time)
-            return
-        self.set_value("acceptance", f"{snapshot.acceptance_rate:.0%}")
-        if snapshot.mean_accepted_length is not None:
-            self.set_value("mean_len", f"{snapshot.mean_accepted_length:.2f} tokens")
-        if snapshot.draft_k is not None:
-            self.set_value("k", str(snapshot.draft_k))
-        reason = snapshot.drafting_off_reason
-        self.set_value("state", f"off — {reason}" if reason else f"on ({self._drafter or 'draft'})")
-        self.record("acceptance", snapshot.time, snapshot.acceptance_rate * 100)
+        self._active = snapshot.active_sequences
+        self._off_reason = snapshot.drafting_off_reason
+        if snapshot.acceptance_rate is not None:  # rounds in the engine's rolling window
+            self.rounds_seen = True
+            self.set_value("acceptance", f"{snapshot.acceptance_rate:.0%}")
+            if snapshot.mean_accepted_length is not None:
+                self.set_value("mean_len", f"{snapshot.mean_accepted_length:.2f} tokens")
+            if snapshot.draft_k is not None:
+                self.set_value("k", str(snapshot.draft_k))
+            self.record("acceptance", snapshot.time, snapshot.acceptance_rate * 100)
+        self._show_state()
         self.redraw(snapshot.time)
 
     def update_step(self, step: StepStats) -> None:
         """One speculative round of the reply being written (drawn at most ten times a
-        second: rounds can come a thousand times a second)."""
+        second: rounds can come a thousand times a second). A round with nothing drafted
+        only says that drafting switched off or on."""
         self._drafted += step.drafted
         self._accepted += step.accepted
         self._last_step = step
@@ -86,22 +133,28 @@ class SpeculativePanel(Panel):
         step = self._last_step
         if step is None:
             return
-        self.set_value("acceptance", f"{step.acceptance_rate:.0%}")
-        self.set_value("mean_len", f"{step.mean_accepted_length:.2f} tokens")
-        self.set_value("k", str(step.k))
-        self.set_value("counts", f"{self._accepted:,} / {self._drafted:,} drafted")
-        self.set_value("speedup", f"predicted {step.predicted_speedup:.2f}× · "
-                                  f"measured {step.measured_speedup:.2f}×")
-        reason = step.drafting_off_reason
-        self.set_value("state", f"off — {reason}" if reason else f"on ({self._drafter or 'draft'})")
-
-    def flush(self) -> None:
-        """Show the last round now (the reply ended)."""
-        self._step_throttle.flush()
+        self._off_reason = step.drafting_off_reason
+        if self._drafted:
+            self.rounds_seen = True
+            self.set_value("acceptance", f"{step.acceptance_rate:.0%}")
+            self.set_value("mean_len", f"{step.mean_accepted_length:.2f} tokens")
+            self.set_value("k", str(step.k))
+            self.set_value("counts", f"{self._accepted:,} / {self._drafted:,} drafted")
+            self.set_value("speedup", f"predicted {step.predicted_speedup:.2f}× · "
+                                      f"measured {step.measured_speedup:.2f}×")
+        self._show_state()
 
     def reset_reply(self) -> None:
         """A new reply starts: drafted / accepted count from zero again."""
         self._step_throttle.flush()
         self._drafted = self._accepted = 0
         self._last_step = None
+        self._replying = True
+        self._show_state()
         self.redraw(time.time())
+
+    def end_reply(self) -> None:
+        """The reply ended: show its last round now; its numbers stay until the next one."""
+        self._step_throttle.flush()
+        self._replying = False
+        self._show_state()

@@ -8,9 +8,12 @@ width, with the full text as tooltip."""
 from __future__ import annotations
 
 import doctest
+from dataclasses import replace
 
 import pytest
 
+from app.panels import base as base_module
+from app.panels import speculative as speculative_module
 from app.panels import speed as speed_module
 from app.panels.base import Panel
 from app.panels.dock import LivePanels
@@ -191,7 +194,8 @@ def test_the_top_tick_label_is_drawn_inside_every_plot(dock: LivePanels) -> None
 
 
 def test_docstring_examples() -> None:
-    assert doctest.testmod(speed_module).failed == 0
+    for module in (base_module, speed_module, speculative_module):
+        assert doctest.testmod(module).failed == 0, module.__name__
 
 
 def test_axis_titles_are_in_the_muted_text_colour_in_either_theme(dock: LivePanels) -> None:
@@ -203,3 +207,120 @@ def test_axis_titles_are_in_the_muted_text_colour_in_either_theme(dock: LivePane
                     title = plot.getAxis(side).labelString()
                     assert f"color: {palette.muted}" in title, (panel, side, title)
     assert dock.speed.plot.getAxis("left").labelText == "tok/s"  # the titles themselves stay
+
+
+# -- legends: above their plots, never over the curves ---------------------------------------
+
+def test_every_legend_sits_above_its_plot(dock: LivePanels) -> None:
+    memory, speed, speculative = dock.memory, dock.speed, dock.speculative
+    legends = [(memory.bar_legend, memory.chart, ["weights", "KV", "compute (planned)", "used"]),
+               (memory.legend, memory.plot, ["engine RAM"]),
+               (speed.legend, speed.plot, ["decode", "prefill"]),
+               (speculative.legend, speculative.plot, ["acceptance"])]
+    for legend, plot, names in legends:
+        assert plot.getPlotItem().legend is None  # nothing drawn inside the view box …
+        assert legend.isVisible() and legend.parent() is plot.parent()
+        assert legend.geometry().bottom() < plot.geometry().top()  # … the names sit above it
+        assert all(name in legend.text() for name in names), legend.text()
+    for panel in (memory, speed, speculative):  # each curve's mark in the curve's colour
+        for curve in panel.curves.values():
+            mark = f"color:{curve.opts['pen'].color().name()};'>━━</span>&nbsp;{curve.name()}"
+            assert mark in panel.legend.text()
+
+
+def test_a_gpu_curve_joins_the_legend(panels: dict[str, Panel]) -> None:
+    memory = panels["memory"]
+    gpu = DeviceMemory("cuda:0", "NVIDIA H200", "cuda", total_bytes=140 << 30,
+                       free_bytes=100 << 30)
+    memory.update_metrics(MetricsSnapshot(time=T0, devices=(gpu,)))
+    assert "engine RAM" in memory.legend.text() and "NVIDIA H200" in memory.legend.text()
+
+
+def test_legends_are_in_the_muted_text_colour_in_either_theme(dock: LivePanels) -> None:
+    for palette in (LIGHT, DARK):
+        dock.setStyleSheet(style_sheet(palette))
+        dock.set_palette(palette)
+        for legend in (dock.memory.bar_legend, dock.memory.legend, dock.speed.legend,
+                       dock.speculative.legend):
+            legend.ensurePolished()
+            assert legend.palette().color(legend.foregroundRole()).name() == palette.muted
+
+
+# -- the Drafting line: what is true of drafting now -----------------------------------------
+
+NGRAM = ModelInfo("model", path="/models/model.gguf", draft="ngram")
+OFF = "speculation off: 9.0 tok/s with drafting is below 10.0 tok/s plain"
+
+
+def a_round(i: int, **changes: object) -> StepStats:
+    step = StepStats("r", i, drafted=4, accepted=2, k=4, acceptance_rate=0.5,
+                     mean_accepted_length=2.0, predicted_speedup=1.4, measured_speedup=1.2)
+    return replace(step, **changes)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def live(qtbot) -> LivePanels:
+    """The live panels just after n-gram drafting was loaded."""
+    made = LivePanels(LIGHT)
+    qtbot.addWidget(made)
+    made.on_model(NGRAM)
+    return made
+
+
+def drafting(live: LivePanels) -> str:
+    return live.speculative.values["state"].text()
+
+
+def reply(live: LivePanels, *steps: StepStats) -> None:
+    """A chat reply with these rounds, from start to end."""
+    live.on_busy(True)
+    for step in steps:
+        live.on_step(step)
+    live.on_busy(False)
+
+
+def test_drafting_waits_for_the_first_round_of_a_load(live: LivePanels) -> None:
+    waiting = "ngram: waiting for the first speculative round"
+    assert drafting(live) == waiting
+    live.on_metrics(idle(T0))  # no rounds in the engine's rolling window
+    assert drafting(live) == waiting
+    live.on_busy(True)  # writing, but no n-gram matched yet
+    live.on_metrics(idle(T0 + 1, active_sequences=1))
+    assert drafting(live) == waiting
+
+
+def test_after_rounds_an_idle_engine_keeps_the_last_replys_numbers(live: LivePanels) -> None:
+    reply(live, a_round(0), a_round(1))
+    live.on_metrics(idle(T0, acceptance_rate=0.5))  # the rounds, still in the rolling window
+    assert drafting(live) == "on (ngram) · idle"
+    live.on_metrics(idle(T0 + 60))  # … and after they left it
+    assert drafting(live) == "on (ngram) · idle"
+    live.on_model(replace(NGRAM, measured={"rss_bytes": 1}))  # the same load, described again
+    assert drafting(live) == "on (ngram) · idle"
+    values = live.speculative.values
+    assert values["counts"].text() == "4 / 8 drafted" and values["acceptance"].text() == "50%"
+    live.on_metrics(idle(T0 + 61, acceptance_rate=0.5, active_sequences=1))  # a server client
+    assert drafting(live) == "on (ngram)"
+
+
+def test_drafting_off_says_why_while_the_sequence_runs(qtbot, live: LivePanels) -> None:
+    live.on_busy(True)
+    live.on_step(a_round(0))
+    live.on_step(a_round(1, drafted=0, accepted=0, k=0, drafting_off_reason=OFF))
+    qtbot.waitUntil(lambda: drafting(live) == f"off — {OFF}")  # drawn by the step throttle
+    live.on_metrics(idle(T0, acceptance_rate=0.5, active_sequences=1, drafting_off_reason=OFF))
+    assert drafting(live) == f"off — {OFF}"
+    live.on_busy(False)  # each sequence is judged afresh: the next reply drafts again
+    live.on_metrics(idle(T0 + 1, acceptance_rate=0.5))
+    assert drafting(live) == "on (ngram) · idle"
+
+
+def test_a_new_load_starts_over(live: LivePanels) -> None:
+    reply(live, a_round(0))
+    live.on_model(None)
+    assert drafting(live).startswith("off — no drafter loaded")
+    assert live.speculative.values["counts"].text() == "–"
+    live.on_model(NGRAM)
+    assert drafting(live) == "ngram: waiting for the first speculative round"
+    live.on_model(ModelInfo("model", draft_refused="the vocabularies differ"))
+    assert drafting(live) == "off — draft refused: the vocabularies differ"
