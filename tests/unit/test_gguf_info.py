@@ -216,6 +216,15 @@ class FileServer:
     sent: list[int] = field(default_factory=list)  # body bytes per response
     ranges: list[str | None] = field(default_factory=list)
     url: str = ""
+    done: threading.Condition = field(default_factory=threading.Condition)
+
+    def sent_total(self, timeout: float = 10.0) -> int:
+        """Bytes written in all responses, once every request seen has finished writing (the
+        client can have read a whole body before the server thread records it)."""
+        with self.done:
+            if not self.done.wait_for(lambda: len(self.sent) == len(self.ranges), timeout):
+                raise TimeoutError(f"{len(self.ranges) - len(self.sent)} responses never finished")
+            return sum(self.sent)
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -258,7 +267,9 @@ class FileServer:
                         written += len(body[i:i + 65536])
                 except (BrokenPipeError, ConnectionResetError):
                     pass
-                server.sent.append(written)
+                with server.done:
+                    server.sent.append(written)
+                    server.done.notify_all()
 
         return Handler
 
@@ -289,7 +300,7 @@ def test_remote_info_reads_only_the_header(file_server: FileServer, tiny_target:
     same_model(info, read_model_info(tiny_target))
     assert info.path_or_url == f"{file_server.url}/files/t.gguf"
     assert file_server.ranges == [f"bytes=0-{remote_gguf.FIRST_CHUNK - 1}"]
-    assert sum(file_server.sent) == remote_gguf.FIRST_CHUNK < len(data)
+    assert file_server.sent_total() == remote_gguf.FIRST_CHUNK < len(data)
 
 
 def test_remote_range_grows_until_the_header_parses(
@@ -301,7 +312,7 @@ def test_remote_range_grows_until_the_header_parses(
     header_size = got.header.data_offset
     assert got.requests >= 3 and got.total_size == len(data)
     # Each request asks for the missing bytes only (doubling), never for the tensor data.
-    assert got.bytes_fetched == sum(file_server.sent) < 2 * header_size
+    assert got.bytes_fetched == file_server.sent_total() < 2 * header_size
     assert file_server.ranges[:2] == ["bytes=0-511", "bytes=512-1023"]
 
 
