@@ -488,11 +488,17 @@ class _Handler(BaseHTTPRequestHandler):
             if corrupt and pos <= blob.size // 2 < pos + n:
                 i = blob.size // 2 - pos
                 data = data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:]
-            self.wfile.write(data)
-            self.wfile.flush()
+            # Counted before the write: the client may have the bytes (and the test assert on
+            # the count) before this thread runs again. A failed write takes them back.
+            self.fake._sent(key, n)
+            try:
+                self.wfile.write(data)
+                self.wfile.flush()
+            except OSError:
+                self.fake._sent(key, -n)
+                raise
             sent += n
             pos += n
-            self.fake._sent(key, n)
         if sent < limit:
             if stall is not None and sent == stall:
                 deadline = time.monotonic() + stall_seconds
