@@ -30,11 +30,16 @@ lint: $(STAMP)
 # The GUI tests run one file per process: each file opens many windows with their own
 # threads and engine processes, and a fresh process keeps one file's leftovers (a late
 # deferred delete, a thread's last queued signal) from ever landing in another file's test.
+# A run that hangs is stopped with SIGABRT, on which pytest's faulthandler prints every
+# thread's stack, so a hang fails in minutes and says where (pytest-timeout's SIGALRM can miss
+# a main thread blocked in C). The suite takes ~5 min on 2 cores, a GUI file under 30 s.
+LIMIT = $(if $(shell command -v timeout),timeout -s ABRT $(1))
 pytest: $(STAMP) model
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest --ignore=tests/gui $(PYTEST_ARGS)
+	QT_QPA_PLATFORM=offscreen $(call LIMIT,1800) $(PY) -m pytest --ignore=tests/gui $(PYTEST_ARGS)
 	@for f in tests/gui/test_*.py; do \
 	  echo "== $$f"; \
-	  QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -p no:cacheprovider $$f $(PYTEST_ARGS) || exit 1; \
+	  QT_QPA_PLATFORM=offscreen $(call LIMIT,300) $(PY) -m pytest -q -p no:cacheprovider $$f $(PYTEST_ARGS) \
+	    || exit 1; \
 	done
 
 test: lint pytest

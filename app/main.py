@@ -47,6 +47,7 @@ def _run(args: argparse.Namespace, dirs: UserDirs) -> int:
     # Qt is imported here, not at module level: `outrider --version` must stay fast.
     from app.crash import CrashReporter
     from app.engine_client import EngineClient
+    from app.gui_gc import collect_on_gui_thread
     from app.qt import QtWidgets
     from app.settings.controller import SettingsController
     from app.store import ChatStore
@@ -59,6 +60,7 @@ def _run(args: argparse.Namespace, dirs: UserDirs) -> int:
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])
     if not isinstance(app, QtWidgets.QApplication):
         raise RuntimeError("another kind of Qt application is already running in this process")
+    collect_on_gui_thread()  # Qt objects must never be freed by a worker thread's collection
     app.setApplicationName("Outrider")
     app.setDesktopFileName("outrider")
     app.setWindowIcon(_app_icon())

@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
 
     from app.engine_client import EngineClient
+    from app.gui_gc import collect_on_gui_thread
     from app.settings.controller import SettingsController
     from app.store import ChatStore
     from app.theme import LIGHT, apply_theme
@@ -158,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     from runtime.user_settings import SettingsStore
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])
+    collect_on_gui_thread()
     apply_theme(app, LIGHT)
     with tempfile.TemporaryDirectory(prefix="outrider-shots-") as tmp:
         root = Path(tmp)

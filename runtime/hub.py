@@ -9,6 +9,10 @@ errors, with the user's token redacted from every message.
 at call time and passes `endpoint=` explicitly, so a mirror chosen in the settings (or a test's
 local server) takes effect without restarting the process.
 
+Outrider sends the Hub only the requests the user asked for: `huggingface_hub`'s telemetry is
+off. Its user-agent code (2.x) would otherwise fetch a list of "agent harnesses" from
+huggingface.co itself — ignoring a configured mirror — before the first request of a process.
+
     >>> hub = Hub(token=None)
     >>> [r.repo_id for r in hub.search("qwen2.5 7b instruct", sort="downloads", limit=3)]
     ['bartowski/Qwen2.5-7B-Instruct-GGUF', 'Qwen/Qwen2.5-7B-Instruct-GGUF', ...]
@@ -32,7 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
+from huggingface_hub import HfApi, constants, get_hf_file_metadata, hf_hub_url
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -52,6 +56,8 @@ from runtime.errors import (
     RemoteFileNotFound,
     RepoNotFound,
 )
+
+constants.HF_HUB_DISABLE_TELEMETRY = True  # read at each request: no extra calls to huggingface.co
 
 try:  # huggingface_hub 2.x talks through httpx2, 1.x through httpx
     from httpx2 import TransportError as _HubTransportError

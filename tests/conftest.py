@@ -14,9 +14,11 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from runtime.paths import user_dirs
+from tests import network_guard
 from tests.fixtures.tiny_gguf import ALIEN_DRAFT, DRAFT, TARGET, TinySpec, write_tiny_gguf
 
 _REAL_DIRS = user_dirs()  # taken before any test redirects OUTRIDER_HOME
+network_guard.install()  # loopback only, for every test (see tests/network_guard.py)
 
 
 def tiny_model_path(spec: TinySpec) -> Path:

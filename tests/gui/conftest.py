@@ -16,6 +16,7 @@ from pytestqt.exceptions import TimeoutError as QtTimeout
 
 from app.engine_client import EngineClient, EngineState
 from app.engine_process import EngineCommand
+from app.gui_gc import collect_on_gui_thread
 from app.qt import QtCore, QtWidgets
 from app.settings.controller import SettingsController
 from app.store import ChatStore
@@ -39,6 +40,12 @@ def fake_command(token_delay: float = 0.001, metrics_interval: float = 0.1) -> E
 def _python_threads() -> set[threading.Thread]:
     # Qt threads that ran Python code leave _DummyThread entries behind for good; ignore them.
     return {t for t in threading.enumerate() if not isinstance(t, threading._DummyThread)}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def gc_on_gui_thread(qapp: QtWidgets.QApplication) -> None:
+    """As in the app: a worker thread's allocation never frees a Qt object (app/gui_gc.py)."""
+    collect_on_gui_thread()
 
 
 @pytest.fixture(autouse=True)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from app.chat.conversation import Message
 from app.engine_client import EngineState
 from app.qt import Qt, QtCore
@@ -51,6 +53,10 @@ def test_send_streams_tokens_into_the_transcript(qtbot, real_window: MainWindow)
     assert "tok/s" in card.footer.text() and "TTFT" in card.footer.text()
 
 
+# Qt's own complaint when a killed peer fails one reply twice (closed, then a read error);
+# seen once in ten runs. What the user sees is asserted below.
+@pytest.mark.qt_log_ignore("QNetworkReplyImplPrivate::error: Internal problem, this method "
+                           "must only be called once.")
 def test_engine_killed_mid_reply_keeps_text_shows_error_and_recovers(
         qtbot, real_window: MainWindow) -> None:
     window = real_window
