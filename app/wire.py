@@ -245,6 +245,7 @@ class DeviceMemory:
     planned_weights: int = 0
     planned_kv: int = 0
     planned_compute: int = 0
+    planned_other: int = 0  # outside those buffers: vocabulary tables, the CUDA runtime
 
     @property
     def used_bytes(self) -> int:
@@ -252,7 +253,8 @@ class DeviceMemory:
 
     @property
     def planned_bytes(self) -> int:
-        return self.planned_weights + self.planned_kv + self.planned_compute
+        """The plan's whole share of this device (the model picker's "planned" too)."""
+        return self.planned_weights + self.planned_kv + self.planned_compute + self.planned_other
 
 
 @dataclass(frozen=True)
@@ -280,7 +282,8 @@ def parse_metrics(data: dict[str, Any]) -> MetricsSnapshot:
             str(dev.get("id", "?")), str(dev.get("name", dev.get("id", "?"))),
             str(dev.get("kind", "cpu")), int(dev.get("total_bytes", 0)),
             int(dev.get("free_bytes", 0)), int(planned.get("weights", 0) or 0),
-            int(planned.get("kv", 0) or 0), int(planned.get("compute", 0) or 0)))
+            int(planned.get("kv", 0) or 0), int(planned.get("compute", 0) or 0),
+            int(planned.get("overhead", 0) or 0)))
     k = data.get("draft_k")
     return MetricsSnapshot(
         time=_num(data, "time"), devices=tuple(devices),

@@ -1,5 +1,7 @@
-"""Memory panel: per device, planned weights / KV cache / compute stacked beside what is used,
-and a time plot of used memory.
+"""Memory panel: per device, planned weights / KV cache / compute / other stacked beside what
+is used, and a time plot of used memory. "Other" is what the planner adds outside llama.cpp's
+buffers (vocabulary tables, the CUDA runtime), so the stack adds up to the plan's total — the
+figure the model picker shows.
 
 "Used" is the engine process's resident memory on the CPU (the part of RAM that is ours) and
 the device's used memory on a GPU (NVML cannot attribute it to a process everywhere). On Apple
@@ -34,7 +36,8 @@ def used_bytes(device: DeviceMemory, snapshot: MetricsSnapshot) -> int:
 
 class MemoryPanel(Panel):
     """Attributes:
-        bars: pyqtgraph BarGraphItems: "weights", "kv", "compute" (planned) and "used".
+        bars: pyqtgraph BarGraphItems: "weights", "kv", "compute", "other" (planned) and
+        "used".
     """
 
     def __init__(self, palette: Palette, parent: QtWidgets.QWidget | None = None) -> None:
@@ -54,8 +57,9 @@ class MemoryPanel(Panel):
         pin_y_range(self.chart, 0.0, MIN_TOP_MIB)
         style_axes(self.chart, palette)
         colors = {"weights": palette.plot[0], "kv": palette.plot[1], "compute": palette.plot[3],
-                  "used": palette.plot[2]}
-        names = {"weights": "weights", "kv": "KV", "compute": "compute (planned)", "used": "used"}
+                  "other": palette.muted, "used": palette.plot[2]}
+        names = {"weights": "weights", "kv": "KV", "compute": "compute", "other": "other",
+                 "used": "used"}
         self.bars: dict[str, pg.BarGraphItem] = {}
         for key, color in colors.items():
             item = pg.BarGraphItem(x=[], height=[], width=BAR, brush=color, pen=None)
@@ -81,11 +85,14 @@ class MemoryPanel(Panel):
         weights = [d.planned_weights / MIB for d in devices]
         kv = [d.planned_kv / MIB for d in devices]
         compute = [d.planned_compute / MIB for d in devices]
+        other = [d.planned_other / MIB for d in devices]
         used_mib = [used_bytes(d, snapshot) / MIB for d in devices]
         self.bars["weights"].setOpts(x=planned_x, height=weights, y0=[0] * len(xs))
         self.bars["kv"].setOpts(x=planned_x, height=kv, y0=weights)
-        self.bars["compute"].setOpts(x=planned_x, height=compute,
-                                     y0=[w + k for w, k in zip(weights, kv, strict=True)])
+        below_compute = [w + k for w, k in zip(weights, kv, strict=True)]
+        self.bars["compute"].setOpts(x=planned_x, height=compute, y0=below_compute)
+        self.bars["other"].setOpts(x=planned_x, height=other,
+                                   y0=[b + c for b, c in zip(below_compute, compute, strict=True)])
         self.bars["used"].setOpts(x=[x + BAR / 2 + 0.02 for x in xs], height=used_mib,
                                   y0=[0] * len(xs))
         self.chart.getAxis("bottom").setTicks([[(x, _short(d.name)) for x, d in zip(xs, devices, strict=True)]])
@@ -94,7 +101,7 @@ class MemoryPanel(Panel):
             f"{d.name}: planned {fmt_bytes(d.planned_bytes)}, used {fmt_bytes(used_bytes(d, snapshot))}"
             for d in devices))
         self.chart.setXRange(-0.6, max(0.6, len(xs) - 0.4), padding=0)
-        planned_mib = [w + k + c for w, k, c in zip(weights, kv, compute, strict=True)]
+        planned_mib = [d.planned_bytes / MIB for d in devices]
         pin_y_range(self.chart, max(used_mib + planned_mib, default=0.0), MIN_TOP_MIB)
 
         planned = sum(d.planned_bytes for d in devices)

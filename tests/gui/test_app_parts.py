@@ -92,10 +92,11 @@ def test_ready_line_errors_and_metrics() -> None:
     assert parse_error_body(b"<html>", 502).kind == "HTTP 502"
     snap = parse_metrics({"time": 1.0, "devices": [{"id": "cuda:0", "name": "GPU", "kind": "cuda",
                                                     "total_bytes": 100, "free_bytes": 40,
-                                                    "planned": {"weights": 10, "kv": 5}}],
+                                                    "planned": {"weights": 10, "kv": 5,
+                                                                "overhead": 3}}],
                           "acceptance_rate": None, "draft_k": 3})
     device = snap.devices[0]
-    assert device.used_bytes == 60 and device.planned_bytes == 15
+    assert device.used_bytes == 60 and device.planned_bytes == 18  # overhead counts
     assert snap.acceptance_rate is None and snap.draft_k == 3
 
 

@@ -181,6 +181,20 @@ def test_the_bar_chart_names_its_devices_in_full_on_hover(dock: LivePanels) -> N
     assert chart.getPlotItem().toolTip() == f"{XEON}: planned 9,999 MiB, used 9,876 MiB"
 
 
+def test_the_planned_stack_adds_up_to_the_plans_total(panels: dict[str, Panel]) -> None:
+    """Weights, KV, compute and the planner's "other" (vocabulary tables here) stack to the
+    total the model picker shows as "planned"."""
+    memory = panels["memory"]
+    cpu = DeviceMemory("cpu", "CPU", "cpu", total_bytes=8 << 30, free_bytes=6 << 30,
+                       planned_weights=92 * MIB, planned_kv=40 * MIB, planned_compute=104 * MIB,
+                       planned_other=17 * MIB)
+    memory.update_metrics(MetricsSnapshot(time=T0, devices=(cpu,), engine_rss_bytes=254 * MIB))
+    assert memory.values["planned"].text() == "253 MiB"
+    other = memory.bars["other"].opts
+    assert (list(other["y0"]), list(other["height"])) == ([236.0], [17.0])  # on top of compute
+    assert "other" in memory.bar_legend.text()
+
+
 def test_the_top_tick_label_is_drawn_inside_every_plot(dock: LivePanels) -> None:
     plots = {"memory chart": dock.memory.chart, "memory": dock.memory.plot,
              "speed": dock.speed.plot, "speculative": dock.speculative.plot}
@@ -213,7 +227,7 @@ def test_axis_titles_are_in_the_muted_text_colour_in_either_theme(dock: LivePane
 
 def test_every_legend_sits_above_its_plot(dock: LivePanels) -> None:
     memory, speed, speculative = dock.memory, dock.speed, dock.speculative
-    legends = [(memory.bar_legend, memory.chart, ["weights", "KV", "compute (planned)", "used"]),
+    legends = [(memory.bar_legend, memory.chart, ["weights", "KV", "compute", "other", "used"]),
                (memory.legend, memory.plot, ["engine RAM"]),
                (speed.legend, speed.plot, ["decode", "prefill"]),
                (speculative.legend, speculative.plot, ["acceptance"])]
