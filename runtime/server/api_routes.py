@@ -137,21 +137,25 @@ def _load_stream(state: ServerState, settings: LoadSettings) -> AsyncIterator[by
                 loop.call_soon_threadsafe(queue.put_nowait, (name, data))
 
     def run() -> None:
+        outcome: tuple[str, Any] = ("error", {"kind": "LoadError", "message": "the load stopped"})
         try:
             plan = plan_for(settings)
             put("plan", plan)
             model = state.engine.load(settings, on_progress=lambda f: put("progress",
                                                                           {"fraction": f}))
             state.plan = plan
-            put("loaded", {"model": model_json(model), "plan": plan,
-                           "measured": to_jsonable(model.allocated)})
+            outcome = ("loaded", {"model": model_json(model), "plan": plan,
+                                  "measured": to_jsonable(model.allocated)})
         except OutriderError as exc:
-            put("error", {"kind": type(exc).__name__, "message": str(exc)})
+            outcome = ("error", {"kind": type(exc).__name__, "message": str(exc)})
         except Exception as exc:  # llama.cpp or engine bug: report it, keep serving
             log.exception("loading %s failed", settings.model_path)
-            put("error", {"kind": type(exc).__name__, "message": f"internal error: {exc}"})
+            outcome = ("error", {"kind": type(exc).__name__, "message": f"internal error: {exc}"})
         finally:
+            # Released before the last event: a client sends its first request the moment it
+            # reads "loaded", and must not find the server still "loading" (a 503).
             state.end_exclusive()
+            put(*outcome)
 
     threading.Thread(target=run, name="outrider-load", daemon=True).start()
 

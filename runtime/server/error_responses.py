@@ -63,12 +63,14 @@ def error_response(status: int, message: str, *, code: str | None = None,
 
 def response_for_exception(exc: BaseException) -> JSONResponse:
     status, code = status_for(type(exc))
-    message = str(exc) if status < 500 else f"internal error: {type(exc).__name__}: {exc}"
+    message = str(exc) if code != "internal_error" else f"internal error: {type(exc).__name__}: {exc}"
     return error_response(status, message, code=code)
 
 
 def response_for_event(kind: str, message: str) -> JSONResponse:
+    """Outrider's own errors keep their message (a 503 "no model is loaded" is not a bug);
+    anything else is labelled an internal error, with its class."""
     status, code = status_for_kind(kind)
-    if status >= 500:
+    if code == "internal_error":
         message = f"internal error: {kind}: {message}"
     return error_response(status, message, code=code)

@@ -339,6 +339,35 @@ def test_a_second_load_while_loading_is_409(client: TestClient, fake_engine: Fak
         assert http.get("/api/status").json()["state"] == "ready"
 
 
+def test_a_request_sent_as_loaded_arrives_is_served(client: TestClient,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The app sends its first chat the moment it reads "loaded": the server must be ready
+    by then. A slow release of the load lock makes the old order (announce, then release)
+    fail every time."""
+    state = client.app.state.outrider  # type: ignore[attr-defined]
+    release = state.end_exclusive
+
+    def slow_release() -> None:
+        time.sleep(0.3)
+        release()
+
+    monkeypatch.setattr(state, "end_exclusive", slow_release)
+    with ServerThread(client.app) as server, httpx.Client(base_url=server.url,
+                                                          headers=AUTH) as http:  # type: ignore[arg-type]
+        with http.stream("POST", "/api/load", json={"model_path": "owner/repo/fake.gguf"}) as load:
+            for line in load.iter_lines():
+                if line == "event: loaded":
+                    break
+            response = http.post("/v1/chat/completions", json=CHAT)
+        assert response.status_code == 200, response.text
+
+
+def test_a_503_is_not_called_an_internal_error(client: TestClient) -> None:
+    client.post("/api/unload", json={})
+    message = assert_error(client.post("/v1/chat/completions", json=CHAT), 503, "model_not_loaded")
+    assert "internal error" not in message
+
+
 def test_metrics_snapshot_has_the_documented_fields(client: TestClient) -> None:
     snapshot = client.get("/api/metrics").json()
     assert {"time", "devices", "engine_rss_bytes", "decode_tokens_per_s", "prefill_tokens_per_s",
