@@ -30,10 +30,12 @@ ROOT = Path(__file__).resolve().parents[2]
 ENGINE_TIMEOUT_MS = 60_000
 
 
-def fake_command(token_delay: float = 0.001, metrics_interval: float = 0.1) -> EngineCommand:
+def fake_command(token_delay: float = 0.001, metrics_interval: float = 0.1,
+                 gate_file: Path | None = None) -> EngineCommand:
+    gate = ("--gate-file", str(gate_file)) if gate_file else ()
     return EngineCommand(sys.executable, ("-m", "tests.gui.fake_server",
                                           "--token-delay", str(token_delay),
-                                          "--metrics-interval", str(metrics_interval)),
+                                          "--metrics-interval", str(metrics_interval), *gate),
                          {"PYTHONPATH": str(ROOT)})
 
 

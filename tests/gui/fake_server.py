@@ -6,6 +6,7 @@ fixed text, the speed is set on the command line, and words in the user's messag
     [[long]]    a 300-token reply           [[md]]    a reply with a heading, list and code
     [[error]]   an error event mid-stream   [[slow]]  50 ms per token (for Stop / kill tests)
     [[tokens=N]] N tokens of paragraphs with a code block now and then (benchmarks)
+    [[gate]]    after 3 tokens, wait until the --gate-file exists (a reply caught mid-stream)
 
 Run it as the app runs the real one (`--port 0` prints the ready line):
 
@@ -71,8 +72,10 @@ def long_reply(n: int) -> list[str]:
 
 
 class State:
-    def __init__(self, token_delay: float, metrics_interval: float, load_delay: float) -> None:
+    def __init__(self, token_delay: float, metrics_interval: float, load_delay: float,
+                 gate_file: str | None = None) -> None:
         self.token_delay = token_delay
+        self.gate_file = gate_file
         self.metrics_interval = metrics_interval
         self.load_delay = load_delay
         self.model: dict[str, Any] | None = None
@@ -219,6 +222,9 @@ class Handler(BaseHTTPRequestHandler):
         self._event("loaded", {"model": model, "plan": plan, "measured": measured})
         self._end_stream()
 
+    def _wait_for_gate(self) -> None:
+        _wait_for_gate_file(self.state.gate_file)
+
     def _chat(self, body: dict[str, Any]) -> None:
         if self.state.model is None:
             self._json(400, {"error": {"message": "No model is loaded.", "type": "invalid_request_error",
@@ -237,6 +243,8 @@ class Handler(BaseHTTPRequestHandler):
                                                  "type": "server_error"}})
                     self._end_stream()
                     return
+                if "[[gate]]" in user and i == 3:
+                    self._wait_for_gate()
                 time.sleep(delay)
                 drafted = i % 3 != 0
                 chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
@@ -267,6 +275,12 @@ class Handler(BaseHTTPRequestHandler):
             return  # the client went away (Stop): stop generating, as the real engine does
 
 
+def _wait_for_gate_file(path: str | None, limit_s: float = 60.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while path and not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _watch_parent(pid: int) -> None:
     while True:
         time.sleep(0.5)
@@ -286,8 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token-delay", type=float, default=0.002)
     parser.add_argument("--metrics-interval", type=float, default=1.0)
     parser.add_argument("--load-delay", type=float, default=0.05)
+    parser.add_argument("--gate-file", help="[[gate]] replies pause until this file exists")
     args = parser.parse_args(argv)
-    state = State(args.token_delay, args.metrics_interval, args.load_delay)
+    state = State(args.token_delay, args.metrics_interval, args.load_delay, args.gate_file)
     handler = type("BoundHandler", (Handler,), {"state": state, "api_key": args.api_key})
     server = ThreadingHTTPServer((args.host, args.port), handler)
     server.daemon_threads = True
