@@ -165,12 +165,15 @@ def fetch_into(client: httpx.Client, url: str, headers: dict[str, str], partial:
                 partial.unlink(missing_ok=True)
                 hashing.reset()
                 offset = 0
-            # iter_raw, not iter_bytes(chunk_size): each chunk is written as soon as it is
-            # read, so nothing received is held in a buffer when the connection drops.
+            # iter_raw, not iter_bytes(chunk_size), and a flush per chunk: each chunk reaches
+            # the file as soon as it is read, so nothing received waits in a buffer when the
+            # connection drops, and the partial's size (what another Outrider process shows)
+            # is never behind the progress reported here.
             with partial.open("ab") as out:
                 for chunk in response.iter_raw():
                     try:
                         out.write(chunk)
+                        out.flush()
                     except OSError as exc:
                         if exc.errno == errno.ENOSPC:
                             raise DiskFull(f"the disk filled up while fetching {what}") from exc
