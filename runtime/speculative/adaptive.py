@@ -19,11 +19,20 @@ t_draft = 2 ms, t_verify(k) = 20 + 2k ms:
     k = 5: 3.69 tokens / 40 ms = 92 tok/s          within 2% and longer → k = 5
     k = 6: 3.95 tokens / 44 ms = 90 tok/s
 
-Learning: a fresh controller drafts k_max, times one plain step, drafts k_max / 2 and k_max
-again (`learning_plan`): two draft lengths far apart give the verify line a slope at once,
-and the plain step is the yardstick for everything else. Starting long costs one round of
+Learning: a fresh controller drafts k_max, times a plain step, drafts k_max / 2, times
+another plain step and drafts k_max again (`learning_plan`): two draft lengths far apart give
+the verify line a slope at once, three rounds give α some evidence before the first choice,
+and the plain steps are the yardstick for everything else. Starting long costs one round of
 wasted drafts when the draft is poor; starting short took twenty rounds to climb to a good
 draft's best k.
+
+The yardstick is the mean of the last `PLAIN_SAMPLES` plain steps, leaving out any more
+than `PLAIN_SPIKE` (1.5×) the fastest of them: a plain step runs far slower than its cost
+only by accident, and the first one after a batch can (on an H200 it took 8.8 ms where the
+next took 1.25: CUDA graphs are captured for each new batch shape). Averaged in, that one
+sample made plain decoding look 7× slower than it was, and drafting at 0.55× of plain stayed
+on for the whole reply. (The fastest alone would be biased low by ordinary noise: about 4%
+with ±5% noise, enough to switch a draft worth 8% off.)
 
 Acceptance. α is estimated per drafted token: a round that accepted a of d drafts is a
 successes and (a < d) one failure; tokens after the first rejection were never judged, so
@@ -43,14 +52,19 @@ Auto-off: speculation switches off, with a reason, when no k > 0 is predicted wi
 included) more than that below plain (every `plain_every` rounds one plain step is timed).
 After `probe_after` plain steps a probe forgets α (back to the prior) and drafts
 `PROBE_ROUNDS` rounds; if the model then still prefers plain, speculation stays off and
-the wait doubles (up to `probe_after_max`). A fixed k (`fixed_k`) bypasses all of this.
+the wait doubles (up to `probe_after_max`). The wait is also long enough that a probe costs
+at most `PROBE_SHARE` (5%) of the time spent off: where a round costs 30 plain steps (a
+small model on a GPU), a probe every 64 steps would halve the speed. A fixed k (`fixed_k`)
+bypasses all of this.
 
 Pure Python and deterministic: it sees only the numbers it is given.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Callable
 from typing import Literal
 
 from runtime.errors import SettingsError
@@ -62,6 +76,9 @@ ALPHA_MEMORY = 0.99  # per judged draft: α remembers about the last 100
 PROBE_ROUNDS = 4
 SLOPE_MEMORY = 0.8  # per pair of neighbouring rounds of different lengths
 CLIMB_RISK = 0.05  # a climb is tried unless the model predicts it this much slower
+PLAIN_SAMPLES = 4  # the yardstick: the mean of the last few plain steps ...
+PLAIN_SPIKE = 1.5  # ... without those this much slower than the fastest of them
+PROBE_SHARE = 0.05  # probes may take at most this share of the time spent off
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -79,9 +96,9 @@ def learning_plan(k_max: int) -> tuple[int, ...]:
     """The first steps of a fresh controller (0 = the plain step).
 
     >>> learning_plan(8)
-    (8, 0, 4, 8)
+    (8, 0, 4, 0, 8)
     """
-    return (k_max, 0, max(1, k_max // 2), k_max)
+    return (k_max, 0, max(1, k_max // 2), 0, k_max)
 
 
 class DraftLengthController:
@@ -129,6 +146,7 @@ class DraftLengthController:
         self._forget_alpha()
         self._t_draft: float | None = None  # seconds per drafted token
         self._t_plain: float | None = None  # seconds per plain step
+        self._plains: deque[float] = deque(maxlen=PLAIN_SAMPLES)
         # t_verify(k) = t0 + k·t1: decayed sums (w, Σk, Σt) over rounds give the level,
         # Δk²-weighted sums over neighbouring rounds of different lengths the slope t1
         self._rounds = [0.0] * 3
@@ -144,6 +162,7 @@ class DraftLengthController:
         self._back_from_probe = False  # on again after a probe, no window judged yet
         self._climb = False  # the last round accepted all k of its drafts
         self._since_plain = 0
+        self._last_wait = probe_after  # plain steps of the last time off
 
     # ---- what the engine asks --------------------------------------------------------
 
@@ -169,14 +188,14 @@ class DraftLengthController:
                 return self._choose(positive=True)
             if self._choose() == 0:
                 self._probe_after = min(self._probe_after * 2, self._probe_max)
-                self._switch_off(self._predicted_reason())
+                self._switch_off(self._predicted_reason, failed_probe=True)
                 return self.next_k()
             self._come_back_on()
         if self._t_plain is None or self._since_plain >= self._plain_every:
             return 0  # (re)time a plain step: the yardstick for everything else
         k = self._choose()
         if k == 0:
-            self._switch_off(self._predicted_reason())
+            self._switch_off(self._predicted_reason)
             return self.next_k()
         return k
 
@@ -215,9 +234,9 @@ class DraftLengthController:
 
     def record_plain(self, seconds: float) -> None:
         """A plain decoding step (one token, no drafting) took `seconds`."""
-        d = self._decay
-        self._t_plain = seconds if self._t_plain is None else \
-            self._t_plain * d + seconds * (1.0 - d)
+        self._plains.append(seconds)
+        usual = [s for s in self._plains if s <= PLAIN_SPIKE * min(self._plains)]
+        self._t_plain = sum(usual) / len(usual)  # see the module doc: spikes are accidents
         self._since_plain = 0
 
     # ---- the model -------------------------------------------------------------------
@@ -315,26 +334,52 @@ class DraftLengthController:
             self._probe_after = self._probe_base  # drafting pays: the next wait starts short
             self._back_from_probe = False
             return
-        if self._back_from_probe:  # the probe's promise did not hold: wait twice as long
+        failed_probe = self._back_from_probe  # its promise did not hold: wait longer
+        if failed_probe:
             self._probe_after = min(self._probe_after * 2, self._probe_max)
-        self._switch_off(
+        window = len(self._window)
+        lost = (seconds - tokens * (self._t_plain or 0.0)) / window
+        self._switch_off(lambda wait: (
             f"speculation off: {measured:.1f} tok/s with drafting is below "
-            f"{plain:.1f} tok/s plain over the last {len(self._window)} rounds "
-            f"(acceptance {self.alpha:.0%}); trying again in {self._probe_after} steps")
+            f"{plain:.1f} tok/s plain over the last {window} rounds "
+            f"(acceptance {self.alpha:.0%}); trying again in {wait} steps"), lost, failed_probe)
 
-    def _predicted_reason(self) -> str:
+    def _predicted_reason(self, wait: int) -> str:
         c = self.cost_ratio
         cost = f"a draft step costing {c:.2f}× a target step" if c is not None else \
             "the measured draft cost"
         return (f"speculation off: at acceptance {self.alpha:.0%} and {cost}, no draft "
-                f"length beats plain decoding; trying again in {self._probe_after} steps")
+                f"length beats plain decoding; trying again in {wait} steps")
 
-    def _switch_off(self, reason: str) -> None:
+    def probe_wait(self, lost_per_round: float | None = None) -> int:
+        """Plain steps before the next probe: `probe_after` (which doubles with each probe
+        that failed), or more where what a probe loses against plain decoding
+        (`lost_per_round` seconds, measured; else predicted) would otherwise exceed
+        PROBE_SHARE of the time spent off. A close call thus probes soon (a probe there
+        loses little, and α may have been unlucky), a clear loss rarely."""
+        if not self._t_plain:
+            return self._probe_after
+        if lost_per_round is None:
+            k = max(1, self._k)
+            cost = k * (self._t_draft or 0.0) + self.verify_cost(k)
+            lost_per_round = cost - expected_tokens(self.alpha, k) * self._t_plain
+        lost = PROBE_ROUNDS * max(0.0, lost_per_round)
+        affordable = lost * (1.0 - PROBE_SHARE) / (PROBE_SHARE * self._t_plain)
+        return max(self._probe_after, math.ceil(affordable))
+
+    def _switch_off(self, reason: Callable[[int], str], lost_per_round: float | None = None,
+                    failed_probe: bool = False) -> None:
+        """Off for `probe_wait()` plain steps — after a failed probe at least twice the last
+        wait (up to probe_after_max); `reason(wait)` says why, and for how long."""
+        wait = self.probe_wait(lost_per_round)
+        if failed_probe:
+            wait = max(wait, min(2 * self._last_wait, self._probe_max))
+        self._last_wait = wait
         self.state = "off"
-        self.off_reason = reason
+        self.off_reason = reason(wait)
         self._back_from_probe = False
         self._plan.clear()
-        self._plain_left = self._probe_after
+        self._plain_left = wait
         self._window.clear()
 
     def _come_back_on(self) -> None:
