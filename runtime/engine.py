@@ -48,6 +48,7 @@ from runtime.stops import StopMatcher
 logger = logging.getLogger("outrider.engine")
 
 _METRICS_WINDOW_S = 5.0
+_IDLE_AFTER_S = 1.0  # no step for this long (and twice the last step): the rates read 0
 
 
 class RequestHandle:
@@ -193,13 +194,21 @@ class Engine:
                             kv_cells_used=used, kv_cells_total=total)
 
     def metrics(self) -> EngineMetrics:
+        """Rates over the busy time of the last `_METRICS_WINDOW_S` seconds; 0 once the engine
+        has been idle for a moment (more than `_IDLE_AFTER_S` and twice its last step): a
+        window of old steps, emptying from its oldest end, would otherwise drift up or down
+        while nothing runs."""
         now = time.perf_counter()
         with self._steps_lock:
             steps = [s for s in self._steps if now - s[0] <= _METRICS_WINDOW_S]
-        busy_decode = sum(r.seconds for _, r, _ in steps if r.decoded)
-        busy_prefill = sum(r.seconds for _, r, _ in steps if r.prefilled)
-        decoded = sum(r.decoded for _, r, _ in steps)
-        prefilled = sum(r.prefilled for _, r, _ in steps)
+        if steps and now - steps[-1][0] > max(_IDLE_AFTER_S, 2 * steps[-1][1].seconds):
+            rate_steps: list[tuple[float, StepReport, int | None]] = []
+        else:
+            rate_steps = steps
+        busy_decode = sum(r.seconds for _, r, _ in rate_steps if r.decoded)
+        busy_prefill = sum(r.seconds for _, r, _ in rate_steps if r.prefilled)
+        decoded = sum(r.decoded for _, r, _ in rate_steps)
+        prefilled = sum(r.prefilled for _, r, _ in rate_steps)
         drafted = sum(r.drafted for _, r, _ in steps)
         accepted = sum(r.accepted for _, r, _ in steps)
         rounds = sum(1 for _, r, _ in steps if r.drafted)

@@ -74,6 +74,19 @@ def test_streams_tokens_and_finishes_with_usage_and_timings(engine: Engine, tiny
     assert m.kv_cells_total == 512
 
 
+def test_rates_read_zero_once_the_engine_is_idle(engine: Engine, tiny_target: Path) -> None:
+    """The live rates are what the engine does now: right after a reply its own speed, and
+    0 once it has been idle a moment — not a window of old steps drifting as it empties."""
+    engine.load(tiny_settings(tiny_target))
+    generate(engine, PROMPTS[0])
+    assert engine.metrics().decode_tokens_per_s > 0
+    with engine._steps_lock:  # the same steps, as if they had ended 2 s ago
+        engine._steps = type(engine._steps)((t - 2.0, r, k) for t, r, k in engine._steps)
+    idle = engine.metrics()
+    assert (idle.decode_tokens_per_s, idle.prefill_tokens_per_s) == (0.0, 0.0)
+    assert idle.acceptance_rate is None and idle.kv_cells_total == 512
+
+
 def test_greedy_is_deterministic(engine: Engine, tiny_target: Path) -> None:
     engine.load(tiny_settings(tiny_target))
     first = generate(engine, PROMPTS[1])[0]
