@@ -160,26 +160,39 @@ class DraftContext:
         return None if row is None else (row, len(todo))
 
     def step(self, slot: int, token: int) -> np.ndarray | None:
-        """Evaluate one drafted token; the logits after it."""
-        return self._decode(slot, [token], len(self._seen[slot]))
+        """Evaluate one drafted token; the logits after it. Runs once per drafted token, so
+        it fills the batch with one scalar entry instead of `_decode`'s chunked runs."""
+        seen = self._seen[slot]
+        self.batch.clear()
+        self.batch.add(token, len(seen), slot, True)
+        if not self._decode_batch():
+            return None
+        seen.append(token)
+        return self.ctx.logits(1)[0]
 
     def _decode(self, slot: int, tokens: list[int], pos0: int) -> np.ndarray | None:
         batch, seen = self.batch, self._seen[slot]
         cap = batch.capacity
         for start in range(0, len(tokens), cap):
             chunk = tokens[start:start + cap]
-            last = start + cap >= len(tokens)
-            for attempt in range(2):
-                batch.clear()
-                batch.add_tokens(chunk, pos0 + start, slot, last)
-                rc = self.ctx.decode(batch)
-                if rc == 0:
-                    break
-                if not (rc == _NO_KV_SLOT and attempt == 0 and self._evict_idle()):
-                    logger.debug("the draft context could not decode (code %d)", rc)
-                    return None
+            batch.clear()
+            batch.add_tokens(chunk, pos0 + start, slot, start + cap >= len(tokens))
+            if not self._decode_batch():
+                return None
             seen.extend(chunk)
         return self.ctx.logits(1)[0]
+
+    def _decode_batch(self) -> bool:
+        """Decode the filled batch; when the cache has no room, drop the idle slots' caches
+        and try once more (llama_decode leaves the batch as it was)."""
+        for attempt in range(2):
+            rc = self.ctx.decode(self.batch)
+            if rc == 0:
+                return True
+            if not (rc == _NO_KV_SLOT and attempt == 0 and self._evict_idle()):
+                logger.debug("the draft context could not decode (code %d)", rc)
+                return False
+        return False
 
 
 class DraftModel(PacedDrafter):
@@ -280,10 +293,17 @@ class DraftModel(PacedDrafter):
 
 def _top_probability(logits: np.ndarray) -> float:
     """The largest probability of softmax(logits) at temperature 1 (the draft's confidence
-    when it drafts greedily)."""
-    m = float(logits.max())
+    when it drafts greedily): 1 / Σ exp(l − max).
+
+    It runs once per drafted token (T = 0, p_min > 0), so the exp stays in the logits'
+    float32 over the whole row, summed in float64: about 55 µs for 49k logits here, within
+    ~1e-7 of the float64 value. (Skipping logits far below the maximum saved nothing: real
+    rows have 30-45k of 49k within 20 of it, and the mask and gather cost 4× the exp.)
+
+        >>> round(_top_probability(np.log(np.array([0.5, 0.3, 0.2], np.float32))), 6)
+        0.5
+    """
+    m = logits.max()
     if not np.isfinite(m):
         return 0.0
-    # Logits 20 below the maximum add under 2e-9 each: skip them (exp over 49k is the cost).
-    near = logits[logits >= m - 20.0].astype(np.float64)
-    return 1.0 / float(np.exp(near - m).sum())
+    return 1.0 / float(np.exp(logits - m).sum(dtype=np.float64))
