@@ -65,8 +65,8 @@ class DiscoverPage(QtWidgets.QWidget):
         self.status = QtWidgets.QLabel()
         self.status.setObjectName("muted")
         self.status.setWordWrap(True)
-        self.results = _table(RESULT_COLUMNS)
-        self.picks = _table(PICK_COLUMNS)
+        self.results = _table(RESULT_COLUMNS, stretch=0)  # Repository
+        self.picks = _table(PICK_COLUMNS, stretch=4)  # Repository
         self.stack = QtWidgets.QStackedWidget()
         self.stack.addWidget(self.picks)
         self.stack.addWidget(self.results)
@@ -180,15 +180,19 @@ class DiscoverPage(QtWidgets.QWidget):
         self.repo_activated.emit(self.picks.item(row, 4).text())
 
 
-def _table(columns: tuple[str, ...]) -> QtWidgets.QTableWidget:
+def _table(columns: tuple[str, ...], stretch: int) -> QtWidgets.QTableWidget:
+    """Every column as wide as its values (a model's name shows whole, "chat" takes little)
+    but the `stretch` one, which takes the rest and is cut short if need be: the repository,
+    long and less telling ("bartowski/…-GGUF")."""
     table = QtWidgets.QTableWidget(0, len(columns))
     table.setHorizontalHeaderLabels(list(columns))
     table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
     table.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
     table.setSelectionMode(QtWidgets.QAbstractItemView.SelectionMode.SingleSelection)
     table.verticalHeader().setVisible(False)
-    table.horizontalHeader().setStretchLastSection(True)
-    table.horizontalHeader().setSectionResizeMode(0, QtWidgets.QHeaderView.ResizeMode.Stretch)
+    header = table.horizontalHeader()
+    header.setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
+    header.setSectionResizeMode(stretch, QtWidgets.QHeaderView.ResizeMode.Stretch)
     return table
 
 

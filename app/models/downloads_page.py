@@ -18,7 +18,7 @@ from app.qt import Qt, QtWidgets, Signal
 from app.settings.token_dialog import TokenPrompt, ask_token
 from runtime.downloads import DownloadJob, DownloadNotice, DownloadProgress, DownloadStateChanged
 
-COLUMNS = ("File", "Repository", "Progress", "Speed", "Time left", "Status", "")
+COLUMNS = ("File", "Repository", "Progress", "Speed", "Time left", "Status", "Actions")
 STATE_TEXT = {"queued": "Queued", "running": "Downloading", "paused": "Paused", "done": "Done",
               "failed": "Failed", "cancelled": "Cancelled"}
 ACTIONS = {  # state → the buttons offered

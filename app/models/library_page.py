@@ -20,8 +20,13 @@ from app.models.services import ModelServices
 from app.qt import QtCore, QtGui, QtWidgets, Signal
 from runtime.library import LibraryModel
 
-COLUMNS = ("Model", "Repository", "Architecture", "Parameters", "Quant", "Size",
-           "Training context", "Compatible drafts")
+# Short headers, as a column is as wide as its header or values: the Model column shows names
+# whole, Repository takes what is left; the headers' tooltips say the rest.
+COLUMNS = ("Model", "Repository", "Architecture", "Parameters", "Quant", "Size", "Context",
+           "Drafts")
+HEADER_TIPS = {"Context": "The context length the model was trained on",
+               "Drafts": "Models in the library that can draft for this one (speculative "
+                         "decoding)"}
 DRAFT_TYPES = ("Q4_0", "Q2_K", "Q3_K_M", "Q4_K_M")
 
 Confirm = Callable[[QtWidgets.QWidget, str, str], bool]
@@ -87,13 +92,15 @@ class LibraryPage(QtWidgets.QWidget):
 
         self.table = QtWidgets.QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(list(COLUMNS))
+        for title, tip in HEADER_TIPS.items():
+            self.table.horizontalHeaderItem(COLUMNS.index(title)).setToolTip(tip)
         self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QtWidgets.QAbstractItemView.SelectionMode.SingleSelection)
         self.table.verticalHeader().setVisible(False)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(0, QtWidgets.QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(1, QtWidgets.QHeaderView.ResizeMode.Stretch)  # Repository
         self.buttons: dict[str, QtWidgets.QPushButton] = {}
         bar = QtWidgets.QHBoxLayout()
         for key, label in (("load", "Load"), ("settings", "Settings…"), ("delete", "Delete…"),

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from app.background import BackgroundRunner
+from app.models.fit_badge import fmt_bytes
 from app.qt import Qt, QtWidgets, Signal
 from runtime.default_model import SMOLLM2
 from runtime.errors import OutriderError
@@ -146,7 +147,8 @@ class FirstRunPage(QtWidgets.QWidget):
 
     def _on_recommendations(self, result: tuple[int, list[tuple[str, str]]]) -> None:
         free, models = result
-        self.recommended_title.setText(f"Recommended for this machine ({free / (1 << 30):.1f} GB free)")
+        self.recommended_title.setText(
+            f"Recommended for this machine ({fmt_bytes(free)} free)")
         if not models:
             self.recommended.setText("No catalogue model fits the free memory right now.")
             return

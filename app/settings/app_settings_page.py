@@ -104,13 +104,18 @@ class AppSettingsPage(QtWidgets.QWidget):
         look = QtWidgets.QFormLayout()
         look.addRow("Theme", self.theme)
         fit = QtWidgets.QFormLayout()
+        self.fit_note = QtWidgets.QLabel("A repository's quant table judges fit with these, "
+                                         "and a model not set up yet starts from them.")
+        self.fit_note.setObjectName("muted")
+        self.fit_note.setWordWrap(True)
+        fit.addRow(self.fit_note)
         fit.addRow("Context length", self.fit_ctx)
         fit.addRow("K cache type", self.fit_k)
         fit.addRow("V cache type", self.fit_v)
         layout = QtWidgets.QVBoxLayout(self)
         layout.addWidget(self.problem)
         for title, form in (("Models and the Hub", library), ("Local server", server),
-                            ("Appearance", look), ("Fit verdicts assume", fit)):
+                            ("Appearance", look), ("Fit verdicts", fit)):
             box = QtWidgets.QGroupBox(title)
             box.setLayout(form)
             layout.addWidget(box)

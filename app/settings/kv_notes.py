@@ -5,10 +5,12 @@ K/V pairs Outrider has measured (`outrider eval --kv-k … --kv-v …`, docs/ben
 of quant levels and KV cache types") the note quotes the numbers and names the model they were
 measured on; for the other types it stays qualitative.
 
+    >>> kv_note("f16", "f16", "auto")
+    'K and V take 100% of the f16 size. Quality: no loss (the default).'
     >>> kv_note("q8_0", "q8_0", "auto")
     'K and V take 53% of the f16 size. A quantized V cache needs flash attention: ... +0.08%...'
     >>> kv_note("q8_0", "f16", "on")
-    'K and V take 77% of the f16 size. Quality: K close to f16 in practice; V the default: ...'
+    'K and V take 77% of the f16 size. Quality (not measured): K close to f16 in practice; V no...'
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from runtime.settings import KV_CACHE_TYPES
 
 QUALITY: dict[str, str] = {
     "f32": "full precision, twice the memory of f16 with no gain for inference",
-    "f16": "the default: no loss",
+    "f16": "no loss (the default)",
     "bf16": "like f16, with a wider range and fewer mantissa bits",
     "q8_0": "close to f16 in practice",
     "q5_1": "a small loss",
@@ -57,7 +59,7 @@ def quality_note(type_k: str, type_v: str) -> str:
     Quality measured on SmolLM2-135M-Instruct against f16: perplexity +5.34%, KL divergence
     0.0360, same top token 88.2% of the time (one small model; others differ).
     >>> quality_note("q5_0", "q5_0")
-    'Quality: a small loss (not measured).'
+    'Quality (not measured): a small loss.'
     """
     measured = MEASURED.get((type_k, type_v))
     if measured is not None:
@@ -67,9 +69,9 @@ def quality_note(type_k: str, type_v: str) -> str:
                 "differ).")
     unmeasured = "" if type_k in UNQUANTIZED and type_v in UNQUANTIZED else " (not measured)"
     if type_k == type_v:
-        return f"Quality: {QUALITY.get(type_k, 'not known')}{unmeasured}."
-    return (f"Quality: K {QUALITY.get(type_k, 'not known')}; "
-            f"V {QUALITY.get(type_v, 'not known')}{unmeasured}.")
+        return f"Quality{unmeasured}: {QUALITY.get(type_k, 'not known')}."
+    return (f"Quality{unmeasured}: K {QUALITY.get(type_k, 'not known')}; "
+            f"V {QUALITY.get(type_v, 'not known')}.")
 
 
 def kv_note(type_k: str, type_v: str, flash_attn: str) -> str:

@@ -32,7 +32,7 @@ from app.settings.plan_view import PlanView
 from app.settings.quant_choices import QuantChoice, local_choices, merge, remote_choices
 from runtime.devices import Device
 from runtime.downloads import DownloadJob, DownloadProgress, DownloadStateChanged
-from runtime.errors import SettingsError
+from runtime.errors import HubUnreachable, SettingsError
 from runtime.gguf_info import ModelInfo, read_model_info
 from runtime.library import LibraryModel
 from runtime.planner import MemoryPlan, plan_memory
@@ -231,7 +231,7 @@ class ModelSettingsPage(QtWidgets.QWidget):
             if self._plan_request is not None:
                 self._start_plan()  # settings changed meanwhile: only the newest is shown
             elif generation == self._generation:
-                self.plan_view.show_plan(plan, notes)
+                self.plan_view.show_plan(plan, notes, info.n_ctx_train)
 
         def failed(exc: object) -> None:
             self._planning = False
@@ -318,6 +318,7 @@ class ModelSettingsPage(QtWidgets.QWidget):
         self._show_choices(merge(local, [c for c in self.choices if not c.local]))
         if not remote or not model.repo_id:
             return
+        self.quant_status.setToolTip("")  # an earlier failure's details
         hub, repo, generation = self.services.hub, model.repo_id, self._generation
         job = self.services.on_net(hub.repo_details, repo)
 
@@ -327,8 +328,17 @@ class ModelSettingsPage(QtWidgets.QWidget):
                 now = local_choices(current, self.services.models) if current else local
                 self._show_choices(merge(now, remote_choices(details)))
 
-        on_result(job, self, done, lambda exc: self.quant_status.setText(
-            f"Other quants on the Hub could not be listed: {exc}"))
+        on_result(job, self, done, self._quants_not_listed)
+
+    def _quants_not_listed(self, exc: object) -> None:
+        """One plain line; the full error (the address, the resolver's errno) in the tooltip.
+
+        HubUnreachable's own message is for logs ("cannot reach https://huggingface.co:
+        [Errno -2] Name or service not known"); the other Hub errors already read well.
+        """
+        reason = "the Hub is unreachable (offline?)" if isinstance(exc, HubUnreachable) else exc
+        self.quant_status.setText(f"Other quants on the Hub could not be listed: {reason}")
+        self.quant_status.setToolTip(str(exc))
 
     def _show_choices(self, choices: list[QuantChoice]) -> None:
         self.choices = choices

@@ -2,7 +2,7 @@
 device against its free memory, the largest context that fits, and the planner's notes.
 
     view = PlanView()
-    view.show_plan(plan_memory(info, settings, devices))
+    view.show_plan(plan_memory(info, settings, devices), n_ctx_train=info.n_ctx_train)
     view.value("kv")        # the text shown for the KV cache, e.g. '48.00 MiB'
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from app.models.fit_badge import BADGE_ROLE, badge_text, fmt_bytes
 from app.qt import Qt, QtWidgets
-from runtime.planner import MemoryPlan
+from runtime.planner import KV_CELL_PAD, MemoryPlan
 
 ROWS = (("weights", "Weights"), ("kv", "KV cache"), ("compute", "Compute buffers"),
         ("overhead", "Other"), ("total", "Total"), ("max_context", "Largest context that fits"),
@@ -18,15 +18,33 @@ ROWS = (("weights", "Weights"), ("kv", "KV cache"), ("compute", "Compute buffers
 _COLORS = {"ok": "#1a7f37", "warn": "#9a6700", "accent": "#3b6fd8", "error_text": "#cf222e"}
 
 
-def plan_values(plan: MemoryPlan) -> dict[str, str]:
-    """The text of each row for `plan` (what the view shows, and what tests compare)."""
+def context_text(plan: MemoryPlan, n_ctx_train: int = 0) -> str:
+    """The largest context that fits, and whether the model rather than memory set it.
+
+    The planner looks no further than the trained context (or the asked one, when larger),
+    so a largest context equal to the trained one says memory allows at least that much:
+    "8,192 tokens (the model's trained context; memory is not the limit)". Otherwise memory
+    is (or the asked context) the limit: "3,584 tokens"; "none fits" when not even 256 do.
+    """
+    if not plan.max_context:
+        return "none fits"
+    text = f"{plan.max_context:,} tokens"
+    trained = n_ctx_train // KV_CELL_PAD * KV_CELL_PAD  # the planner's cells come in 256s
+    if 0 < plan.n_ctx <= n_ctx_train and plan.max_context == trained:
+        text += " (the model's trained context; memory is not the limit)"
+    return text
+
+
+def plan_values(plan: MemoryPlan, n_ctx_train: int = 0) -> dict[str, str]:
+    """The text of each row for `plan` (what the view shows, and what tests compare);
+    `n_ctx_train`, the model's trained context, says which limit the largest context hit."""
     return {
         "weights": fmt_bytes(plan.weights),
         "kv": f"{fmt_bytes(plan.kv)} ({plan.kv_cells:,} cells)",
         "compute": fmt_bytes(plan.compute),
         "overhead": fmt_bytes(plan.overhead),
         "total": fmt_bytes(plan.total),
-        "max_context": f"{plan.max_context:,} tokens" if plan.max_context else "none fits",
+        "max_context": context_text(plan, n_ctx_train),
         "kv_per_token": f"{plan.kv_bytes_per_token:,} bytes",
         "gpu_layers": f"{plan.gpu_layers} of {plan.n_layers}",
     }
@@ -53,6 +71,7 @@ class PlanView(QtWidgets.QGroupBox):
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self.labels[key] = label
             form.addRow(title, label)
+        self.labels["max_context"].setWordWrap(True)  # it may say which limit it met
         self.devices = QtWidgets.QLabel()
         self.devices.setWordWrap(True)
         self.notes = QtWidgets.QLabel()
@@ -65,13 +84,14 @@ class PlanView(QtWidgets.QGroupBox):
         layout.addWidget(self.notes)
         layout.addStretch(1)
 
-    def show_plan(self, plan: MemoryPlan, extra_notes: tuple[str, ...] = ()) -> None:
+    def show_plan(self, plan: MemoryPlan, extra_notes: tuple[str, ...] = (),
+                  n_ctx_train: int = 0) -> None:
         self.plan = plan
         self.verdict.setText(badge_text({"verdict": plan.verdict, "gpu_layers": plan.gpu_layers,
                                          "n_layers": plan.n_layers}))
         color = _COLORS.get(BADGE_ROLE.get(plan.verdict, ""), "")
         self.verdict.setStyleSheet(f"color: {color};" if color else "")
-        for key, text in plan_values(plan).items():
+        for key, text in plan_values(plan, n_ctx_train).items():
             self.labels[key].setText(text)
         self.devices.setText("\n".join(
             f"{d.name}: {fmt_bytes(d.total)} of {fmt_bytes(d.free_bytes)} free"

@@ -16,6 +16,7 @@ from app.settings.controller import SettingsController
 from app.settings.model_settings_page import ModelSettingsPage
 from app.settings.plan_view import plan_values
 from app.settings.settings_page import SettingsPage
+from runtime.errors import HubUnreachable, RepoNotFound
 from runtime.gguf_info import read_model_info
 from runtime.planner import plan_memory
 from runtime.settings import DraftSettings, LoadSettings
@@ -64,8 +65,9 @@ def test_plan_follows_kv_types_and_context(qtbot, settings_ctl: SettingsControll
     info = read_model_info(path)
     expected = plan_memory(info, LoadSettings(model_path=path, n_ctx=4096), devices())
     wait_plan(qtbot, page, expected)
-    assert shown(page) == plan_values(expected)
+    assert shown(page) == plan_values(expected, info.n_ctx_train)
     assert page.plan_view.verdict.text() == "CPU only"
+    assert shown(page)["max_context"] == "4,096 tokens"  # as asked: beyond the trained 2,048
 
     form = page.form
     form.type_k.setCurrentIndex(form.type_k.findData("q8_0"))
@@ -73,14 +75,17 @@ def test_plan_follows_kv_types_and_context(qtbot, settings_ctl: SettingsControll
     settings = LoadSettings(model_path=path, n_ctx=4096, type_k="q8_0", type_v="q4_0")
     expected_q = plan_memory(info, settings, devices())
     wait_plan(qtbot, page, expected_q)
-    assert shown(page) == plan_values(expected_q)
+    assert shown(page) == plan_values(expected_q, info.n_ctx_train)
     assert shown(page)["kv"] != plan_values(expected)["kv"]  # the number on screen moved
     assert "flash attention: it will be on" in form.kv_note.text()
 
     form.n_ctx.setValue(1024)
     expected_c = plan_memory(info, dataclasses.replace(settings, n_ctx=1024), devices())
     wait_plan(qtbot, page, expected_c)
-    assert shown(page) == plan_values(expected_c)
+    assert shown(page) == plan_values(expected_c, info.n_ctx_train)
+    assert info.n_ctx_train == expected_c.max_context == 2048  # memory would hold more
+    assert shown(page)["max_context"] == ("2,048 tokens (the model's trained context; memory "
+                                          "is not the limit)")
 
     # The choice is remembered for this file a moment later.
     qtbot.waitUntil(lambda: settings_ctl.settings.model_prefs(path).load.n_ctx == 1024,
@@ -98,6 +103,7 @@ def test_largest_context_that_fits(qtbot, settings_ctl: SettingsController,
     start = plan_memory(info, LoadSettings(model_path=path, n_ctx=4096), devices())
     assert start.verdict == "wont_fit" and 0 < start.max_context < 4096
     assert page.plan_view.verdict.text() == "Won't fit"
+    assert shown(page)["max_context"] == f"{start.max_context:,} tokens"  # memory's limit
     page.form.largest.click()
     assert page.form.n_ctx.value() == start.max_context
     after = plan_memory(info, LoadSettings(model_path=path, n_ctx=start.max_context), devices())
@@ -193,6 +199,25 @@ def test_switching_quant_downloads_and_reloads_with_the_same_settings(
     assert back.args[0].model_path == path and back.args[0].n_ctx == 2048
 
 
+def test_unreachable_hub_is_said_plainly_with_the_details_in_the_tooltip(
+        qtbot, settings_ctl: SettingsController, services: ModelServices,
+        tiny_target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    detail = "cannot reach https://huggingface.co: [Errno -2] Name or service not known"
+
+    def unreachable(repo_id: str) -> None:
+        raise HubUnreachable(detail)
+
+    monkeypatch.setattr(services.hub, "repo_details", unreachable)
+    page = open_page(qtbot, settings_ctl, services, put_in_library(tiny_target))
+    qtbot.waitUntil(lambda: "could not be listed" in page.quant_status.text(), timeout=WAIT)
+    assert page.quant_status.text() == ("Other quants on the Hub could not be listed: the Hub "
+                                        "is unreachable (offline?)")
+    assert page.quant_status.toolTip() == detail
+    # Other Hub errors already read well: their own message is shown.
+    page._quants_not_listed(RepoNotFound(f"no repository {TINY_REPO} on the Hub"))
+    assert page.quant_status.text().endswith(f": no repository {TINY_REPO} on the Hub")
+
+
 def test_quant_switch_of_a_model_not_loaded_only_shows_the_other(
         qtbot, settings_ctl: SettingsController, services: ModelServices,
         tiny_target: Path) -> None:
@@ -249,6 +274,17 @@ def test_settings_survive_a_restart(qtbot, settings_ctl: SettingsController,
         assert page2.model.form.temperature.value() == pytest.approx(0.3)
     finally:
         again.shutdown()
+
+
+def test_fit_defaults_have_a_plain_heading_and_say_what_they_are_for(
+        qtbot, settings_ctl: SettingsController, tmp_path: Path) -> None:
+    from app.settings.app_settings_page import AppSettingsPage
+
+    page = AppSettingsPage(settings_ctl, default_models_dir=tmp_path)
+    qtbot.addWidget(page)
+    titles = [box.title() for box in page.findChildren(QtWidgets.QGroupBox)]
+    assert titles == ["Models and the Hub", "Local server", "Appearance", "Fit verdicts"]
+    assert page.fit_note.text().startswith("A repository's quant table judges fit with these")
 
 
 def test_refused_value_is_explained_and_not_saved(qtbot, settings_ctl: SettingsController,
