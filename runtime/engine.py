@@ -201,10 +201,8 @@ class Engine:
         now = time.perf_counter()
         with self._steps_lock:
             steps = [s for s in self._steps if now - s[0] <= _METRICS_WINDOW_S]
-        if steps and now - steps[-1][0] > max(_IDLE_AFTER_S, 2 * steps[-1][1].seconds):
-            rate_steps: list[tuple[float, StepReport, int | None]] = []
-        else:
-            rate_steps = steps
+        idle = bool(steps) and now - steps[-1][0] > max(_IDLE_AFTER_S, 2 * steps[-1][1].seconds)
+        rate_steps = [] if idle else steps
         busy_decode = sum(r.seconds for _, r, _ in rate_steps if r.decoded)
         busy_prefill = sum(r.seconds for _, r, _ in rate_steps if r.prefilled)
         decoded = sum(r.decoded for _, r, _ in rate_steps)
