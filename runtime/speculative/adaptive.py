@@ -52,9 +52,10 @@ Auto-off: speculation switches off, with a reason, when no k > 0 is predicted wi
 included) more than that below plain (every `plain_every` rounds one plain step is timed).
 After `probe_after` plain steps a probe forgets α (back to the prior) and drafts
 `PROBE_ROUNDS` rounds; if the model then still prefers plain, speculation stays off and
-the wait doubles (up to `probe_after_max`). The wait is also long enough that a probe costs
-at most `PROBE_SHARE` (5%) of the time spent off: where a round costs 30 plain steps (a
-small model on a GPU), a probe every 64 steps would halve the speed. A fixed k (`fixed_k`)
+the wait doubles (up to `probe_after_max`). The wait is also long enough that what a probe
+loses against plain decoding is at most `PROBE_SHARE` (5%) of the time spent off: where a
+round costs 30 plain steps (a small model on a GPU), a probe every 64 steps would halve the
+speed, while a close call (drafting about as fast as plain) may still probe every 64. A fixed k (`fixed_k`)
 bypasses all of this.
 
 Pure Python and deterministic: it sees only the numbers it is given.
@@ -78,7 +79,7 @@ SLOPE_MEMORY = 0.8  # per pair of neighbouring rounds of different lengths
 CLIMB_RISK = 0.05  # a climb is tried unless the model predicts it this much slower
 PLAIN_SAMPLES = 4  # the yardstick: the mean of the last few plain steps ...
 PLAIN_SPIKE = 1.5  # ... without those this much slower than the fastest of them
-PROBE_SHARE = 0.05  # probes may take at most this share of the time spent off
+PROBE_SHARE = 0.05  # what probes lose against plain: at most this share of the time off
 
 
 def expected_tokens(alpha: float, k: int) -> float:
