@@ -183,6 +183,11 @@ def measure(model: Path, cases: list[Case], decode: bool = False,
     return rows
 
 
+def wkc(parts: dict[str, int]) -> str:
+    """'weights / kv / compute' in MiB, as both tables show them."""
+    return " / ".join(f"{parts[key] / MIB:.2f}" for key in ("weights", "kv", "compute"))
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """Markdown: planned vs reported buffers, and RSS growth vs the planned resident part.
 
@@ -203,8 +208,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         out.append(
             f"| {r['model']} | {r['n_ctx']} | {r['type_k']}/{r['type_v']} | "
             f"{'on' if r['flash_attn'] else 'off'} | "
-            f"{p['weights'] / MIB:.2f} / {p['kv'] / MIB:.2f} / {p['compute'] / MIB:.2f} | "
-            f"{q['weights'] / MIB:.2f} / {q['kv'] / MIB:.2f} / {q['compute'] / MIB:.2f} | "
+            f"{wkc(p)} | {wkc(q)} | "
             f"{sum(p.values()) / sum(q.values()):.3f} | {grown / MIB:.1f} | "
             f"{resident / MIB:.1f} | {grown / resident:.3f} | {after} |")
     return "\n".join(out)
@@ -235,8 +239,7 @@ def gpu_table(rows: list[dict[str, Any]]) -> str:
         out.append(
             f"| {r['n_ctx']} | {r['type_k']}/{r['type_v']} | {'on' if r['flash_attn'] else 'off'} | "
             f"{r['gpu_layers']} | "
-            f"{p['weights'] / MIB:.2f} / {p['kv'] / MIB:.2f} / {p['compute'] / MIB:.2f} | "
-            f"{q['weights'] / MIB:.2f} / {q['kv'] / MIB:.2f} / {q['compute'] / MIB:.2f} | "
+            f"{wkc(p)} | {wkc(q)} | "
             f"{ratio} | {mib(grown)} | {mib(runtime)} | {planned / MIB:.1f} | {vs_plan} | "
             f"{mib(after)} |")
     return "\n".join(out)

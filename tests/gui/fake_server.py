@@ -222,9 +222,6 @@ class Handler(BaseHTTPRequestHandler):
         self._event("loaded", {"model": model, "plan": plan, "measured": measured})
         self._end_stream()
 
-    def _wait_for_gate(self) -> None:
-        _wait_for_gate_file(self.state.gate_file)
-
     def _chat(self, body: dict[str, Any]) -> None:
         if self.state.model is None:
             self._json(400, {"error": {"message": "No model is loaded.", "type": "invalid_request_error",
@@ -244,7 +241,7 @@ class Handler(BaseHTTPRequestHandler):
                     self._end_stream()
                     return
                 if "[[gate]]" in user and i == 3:
-                    self._wait_for_gate()
+                    _wait_for_gate_file(self.state.gate_file)
                 time.sleep(delay)
                 drafted = i % 3 != 0
                 chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
