@@ -17,7 +17,7 @@ $(STAMP): $(PY) pyproject.toml setup.py $(wildcard native/*.c native/*.h)
 	touch $(STAMP)
 
 model: $(STAMP)
-	$(PY) -m runtime.default_model
+	$(PY) -m runtime.library.default_model
 
 run: $(STAMP) model
 	$(VENV)/bin/outrider
@@ -72,7 +72,7 @@ package: $(STAMP) $(ICONS)
 # Not part of `make test` (the build takes minutes): the frozen app starts its engine from
 # itself, loads the default model by path, generates, opens and closes its window.
 package-test: package model
-	QT_QPA_PLATFORM=offscreen dist/Outrider/Outrider --self-test --model "$$($(PY) -m runtime.default_model)"
+	QT_QPA_PLATFORM=offscreen dist/Outrider/Outrider --self-test --model "$$($(PY) -m runtime.library.default_model)"
 
 # Rebuild llama-cpp-python for this machine's GPU (CUDA if nvcc is found, Metal on macOS).
 gpu: $(STAMP)

@@ -2,7 +2,7 @@
 
 Everything else about the package lives in pyproject.toml; setuptools still needs
 `ext_modules` from code. The build is optional: on a machine without a C compiler the
-package installs without it and `runtime.kernels` falls back to numpy (and says so).
+package installs without it and `runtime.sampling.kernels` falls back to numpy (and says so).
 """
 
 from glob import glob

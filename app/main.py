@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runtime.default_model import SMOLLM2
+from runtime.library.default_model import SMOLLM2
 from runtime.paths import UserDirs, user_dirs
 
 if TYPE_CHECKING:  # Qt loads lazily: `outrider --version` must stay fast
@@ -45,15 +45,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, dirs: UserDirs) -> int:
     # Qt is imported here, not at module level: `outrider --version` must stay fast.
+    from app.chat.store import ChatStore
     from app.crash import CrashReporter
-    from app.engine_client import EngineClient
+    from app.engine.client import EngineClient
     from app.gui_gc import collect_on_gui_thread
     from app.qt import QtWidgets
-    from app.settings.controller import SettingsController
-    from app.store import ChatStore
+    from app.services.settings import SettingsController
     from app.theme import apply_theme, palette_for
     from app.window import MainWindow
-    from runtime.user_settings import SettingsStore
+    from runtime.settings.user import SettingsStore
 
     reporter = CrashReporter(dirs.crash_reports)
     earlier_crashes = reporter.install()
@@ -107,7 +107,7 @@ def _app_icon() -> QtGui.QIcon:
 def _self_test_model(args: argparse.Namespace) -> Path:
     if args.model is not None:
         return Path(args.model)
-    from runtime.default_model import default_model_path
+    from runtime.library.default_model import default_model_path
 
     return default_model_path()  # fetched (and checksum-verified) if missing
 

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.qt import QtCore, QtWidgets
-from runtime.default_model import SMOLLM2
+from runtime.library.default_model import SMOLLM2
 from runtime.paths import UserDirs, user_dirs
-from runtime.settings import DraftSettings, LoadSettings
-from runtime.user_settings import ModelPrefs
+from runtime.settings.load import DraftSettings, LoadSettings
+from runtime.settings.user import ModelPrefs
 
 PROMPT = "Write a short Python function that reverses a string, and explain it in one sentence."
 SIZE = (1400, 880)
@@ -43,7 +43,7 @@ class Tour(QtCore.QObject):
         self._deadline.timeout.connect(lambda: self._stop("timed out"))
 
     def start(self) -> None:
-        from app.engine_client import EngineState
+        from app.engine.client import EngineState
         from app.models.models_page import DISCOVER
 
         w = self.window
@@ -64,7 +64,7 @@ class Tour(QtCore.QObject):
             self._on_state(EngineState.READY)
 
     def _on_state(self, state: object) -> None:
-        from app.engine_client import EngineState
+        from app.engine.client import EngineState
         from runtime.events import SamplingParams
 
         if state != EngineState.READY or getattr(self, "_sent", False):
@@ -146,17 +146,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     model = args.model or user_dirs().models / SMOLLM2.library_path
     if not model.is_file():
-        print(f"no model at {model}: run `python -m runtime.default_model` first", file=sys.stderr)
+        print(f"no model at {model}: run `python -m runtime.library.default_model` first", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
 
-    from app.engine_client import EngineClient
+    from app.chat.store import ChatStore
+    from app.engine.client import EngineClient
     from app.gui_gc import collect_on_gui_thread
-    from app.settings.controller import SettingsController
-    from app.store import ChatStore
+    from app.services.settings import SettingsController
     from app.theme import LIGHT, apply_theme
     from app.window import MainWindow
-    from runtime.user_settings import SettingsStore
+    from runtime.settings.user import SettingsStore
 
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])
     collect_on_gui_thread()

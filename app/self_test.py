@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 from app.chat.conversation import Message
-from app.engine_client import EngineState
+from app.engine.client import EngineState
+from app.engine.wire import ReplyError
 from app.qt import QtCore, QtWidgets
 from app.window import MainWindow
-from app.wire import ReplyError
 from runtime.events import SamplingParams
-from runtime.settings import LoadSettings
+from runtime.settings.load import LoadSettings
 
 TIMEOUT_MS = 180_000
 PROMPT = "Say hello in five words."

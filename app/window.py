@@ -18,28 +18,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.background import BackgroundRunner
 from app.chat.controller import ChatController
 from app.chat.markdown import warm_up as warm_up_markdown
 from app.chat.model_picker import ModelPicker, library_models
 from app.chat.page import ChatPage
-from app.engine_client import EngineClient, EngineState
-from app.engine_process import EngineExit, engine_listen
+from app.chat.store import ChatStore
+from app.engine.client import EngineClient, EngineState
+from app.engine.process import EngineExit, engine_listen
+from app.engine.wire import MetricsSnapshot, ModelInfo
+from app.first_run.page import FirstRunPage
 from app.models.models_page import ModelsPage
-from app.models.services import ModelServices
-from app.pages.first_run import FirstRunPage
-from app.pages.server_page import ServerPage
 from app.qt import Qt, QtCore, QtGui, QtWidgets, Signal
-from app.settings.controller import SettingsController
+from app.server.page import ServerPage
+from app.services.background import BackgroundRunner
+from app.services.models import ModelServices
+from app.services.settings import SettingsController
 from app.settings.settings_page import SettingsPage
-from app.store import ChatStore
 from app.theme import Palette, apply_theme, palette_for, system_palette
-from app.wire import MetricsSnapshot, ModelInfo
 from runtime.events import SamplingParams
-from runtime.library import LibraryModel
+from runtime.library.library import LibraryModel
 from runtime.paths import UserDirs
-from runtime.settings import LoadSettings
-from runtime.user_settings import AppSettings, SettingsStore
+from runtime.settings.load import LoadSettings
+from runtime.settings.user import AppSettings, SettingsStore
 
 MIB = 1 << 20
 PAGES = ("Chat", "Models", "Settings", "Server")

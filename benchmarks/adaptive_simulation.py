@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.settings import DraftSettings
+from runtime.settings.load import DraftSettings
 from runtime.speculative.pacing import CostMemory, Pacer
 
 MS = 1e-3

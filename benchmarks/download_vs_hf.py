@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from huggingface_hub import hf_hub_download  # noqa: E402
 
-from runtime.downloads import DownloadManager  # noqa: E402
-from runtime.hub import Hub  # noqa: E402
+from runtime.downloads.manager import DownloadManager  # noqa: E402
+from runtime.hub.client import Hub  # noqa: E402
 
 REPO = "bench/Bench-GGUF"
 

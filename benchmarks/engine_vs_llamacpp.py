@@ -32,9 +32,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.engine import Engine
+from runtime.engine.engine import Engine
 from runtime.events import Finished, GenerationRequest, SamplingParams
-from runtime.settings import LoadSettings
+from runtime.settings.load import LoadSettings
 
 
 def llama_bench(binary: Path, model: Path, threads: int, p: int, n: int, reps: int,

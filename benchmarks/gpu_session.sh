@@ -269,8 +269,8 @@ preflight() {
   { nvidia-smi -L 2>/dev/null || echo "no nvidia-smi"; } | head -3
   "$PY" - "$GPU" <<'EOF'
 import sys
-import runtime.llama as R
-from runtime.native import native_status
+import runtime.llama.binding as R
+from runtime.sampling.native import native_status
 gpu_wanted = sys.argv[1] == "1"
 offload = R.supports_gpu_offload()
 print(f"python {sys.version.split()[0]}; {native_status()}; GPU offload: {offload}")

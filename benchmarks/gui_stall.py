@@ -45,14 +45,14 @@ def main() -> int:
     home = tempfile.mkdtemp(prefix="outrider-stall-")
     os.environ["OUTRIDER_HOME"] = home
 
-    from app.engine_client import EngineClient, EngineState
+    from app.chat.store import ChatStore
+    from app.engine.client import EngineClient, EngineState
     from app.qt import QtCore, QtWidgets
-    from app.store import ChatStore
     from app.theme import LIGHT, apply_theme
     from app.window import MainWindow
     from runtime.events import SamplingParams
     from runtime.paths import user_dirs
-    from runtime.settings import LoadSettings
+    from runtime.settings.load import LoadSettings
     from tests.gui.conftest import fake_command
 
     app = QtWidgets.QApplication(sys.argv[:1])

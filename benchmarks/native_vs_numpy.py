@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/native_vs_numpy.py [--rows 30] [--vocab 49152 151936]
 
 Prints a Markdown table: for each vocabulary size and setting, the median microseconds per
-row of `runtime.kernels.transform` (numpy) and of the native transform writing into a
+row of `runtime.sampling.kernels.transform` (numpy) and of the native transform writing into a
 preallocated float64 row, and their ratio; then the same for one speculative verify round
 (k = 4, dense p and q rows) and one inverse-CDF draw. The goal is native ≥ 5× numpy for the
 transform at the typical settings.
@@ -26,8 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime import kernels, native
-from runtime import verify as verify_mod
+from runtime.sampling import kernels, native
+from runtime.sampling import verify as verify_mod
 
 SETTINGS = [  # label, temperature, top_k, top_p, min_p
     ("T=0.8 top_k=40 top_p=0.95 min_p=0.05", 0.8, 40, 0.95, 0.05),

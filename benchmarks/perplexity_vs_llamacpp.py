@@ -1,4 +1,4 @@
-"""Outrider's perplexity (runtime.evaluate) against llama.cpp's `llama-perplexity`.
+"""Outrider's perplexity (runtime.quality.evaluate) against llama.cpp's `llama-perplexity`.
 
 Same model, same text, same context: the two should agree within 0.5% (they implement the
 same method; differences come from batch shapes and float summation order). With
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runtime.evaluate import EvalOptions, evaluate
+from runtime.quality.evaluate import EvalOptions, evaluate
 
 
 def llama_perplexity(binary: Path, args: list[str]) -> tuple[str, float]:

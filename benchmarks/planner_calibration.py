@@ -6,8 +6,8 @@
 A CASE is `n_ctx,type_k,type_v,flash` (flash: on/off), e.g. `8192,q8_0,q8_0,on`; without
 cases a default grid runs. For each case the model is loaded once (mmap, CPU) in this
 process through llama-cpp-python's low-level API, a context is created, and the buffer sizes
-llama.cpp logs (`runtime.llama_log.parse_buffer_sizes`) are compared with
-`runtime.planner.plan_memory`. RSS is measured before the model load, after it, and after
+llama.cpp logs (`runtime.llama.buffers.parse_buffer_sizes`) are compared with
+`runtime.planner.plan.plan_memory`. RSS is measured before the model load, after it, and after
 the context (and, with --decode, after one full ubatch, which touches the compute buffer).
 
 With `--gpu-layers N` (a GPU build) the model is loaded with N layers offloaded (999: all)
@@ -33,11 +33,11 @@ from typing import Any
 
 import psutil
 
-from runtime.devices import Device
-from runtime.gguf_info import read_model_info
-from runtime.llama_log import buffer_totals, device_of, parse_buffer_sizes
-from runtime.planner import DeviceUsage, plan_memory
-from runtime.settings import LoadSettings
+from runtime.gguf.info import read_model_info
+from runtime.llama.buffers import buffer_totals, device_of, parse_buffer_sizes
+from runtime.planner.devices import Device
+from runtime.planner.plan import DeviceUsage, plan_memory
+from runtime.settings.load import LoadSettings
 
 DEFAULT_CASES = ("512,f16,f16,on", "2048,f16,f16,off", "4096,q8_0,q8_0,on",
                  "8192,q4_0,q4_0,on", "8192,f16,f16,off")

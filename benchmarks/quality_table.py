@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runtime.errors import QuantizeError
-from runtime.evaluate import EvalOptions, EvalResult, default_text, evaluate
-from runtime.quantize import QuantRecipe, quantize, read_tensor_types
+from runtime.quality.evaluate import EvalOptions, EvalResult, default_text, evaluate
+from runtime.quality.quantize import QuantRecipe, quantize, read_tensor_types
 
 WEIGHT_TYPES = ("Q8_0", "Q6_K", "Q5_K_M", "Q5_1", "Q5_0", "Q4_K_M", "Q4_0", "Q3_K_M", "Q2_K")
 # Levels for which the table also shows the token embeddings at the level's own main type
@@ -74,7 +74,7 @@ def main() -> int:
     args = parser.parse_args()
 
     if args.model is None:
-        from runtime.default_model import default_model_path
+        from runtime.library.default_model import default_model_path
 
         args.model = default_model_path()
     text = args.text.read_text(encoding="utf-8") if args.text else default_text()

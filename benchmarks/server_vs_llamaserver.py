@@ -129,7 +129,7 @@ def wait_healthy(url: str, process: subprocess.Popen[str], timeout: float = 300)
 @contextmanager
 def ours(model: Path, threads: int, slots: int, ctx: int, key: str,
          gpu_layers: int | None = None) -> Iterator[str]:
-    cmd = [sys.executable, "-m", "runtime.cli", "serve", "--port", "0", "--api-key", key,
+    cmd = [sys.executable, "-m", "runtime.cli.main", "serve", "--port", "0", "--api-key", key,
            "--parallel", str(slots), "--ctx", str(ctx), "--threads", str(threads),
            "--log-level", "warning", str(model)]
     if gpu_layers is not None:
@@ -213,7 +213,7 @@ def main() -> int:
     levels = [int(n) for n in args.clients.split(",")]
     model = args.model
     if model is None:
-        from runtime.default_model import fetch_default_model
+        from runtime.library.default_model import fetch_default_model
         from runtime.paths import user_dirs
 
         dirs = user_dirs()

@@ -45,11 +45,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.engine import Engine
+from runtime.engine.engine import Engine
 from runtime.events import ChatMessage, Finished, GenerationRequest, SamplingParams, TokenEvent
-from runtime.llama import supports_gpu_offload
+from runtime.llama.binding import supports_gpu_offload
 from runtime.paths import user_dirs
-from runtime.settings import DraftSettings, LoadSettings
+from runtime.settings.load import DraftSettings, LoadSettings
 from runtime.speculative.speculation import Speculation
 
 PROMPT = ("Write a detailed, step-by-step guide to baking a loaf of bread at home: the "
@@ -94,7 +94,7 @@ class Result:
 
 def f32_target(model: Path) -> Path:
     """The F32 conversion of `model`, made once and kept in the user cache."""
-    from runtime.quantize import QuantRecipe, quantize
+    from runtime.quality.quantize import QuantRecipe, quantize
 
     stem = model.name.split(".")[0]
     path = user_dirs().cache / "bench-models" / f"{stem}.F32.gguf"
@@ -249,7 +249,7 @@ def verdicts(by_temp: dict[float, list[Result]], llamas: list[dict[str, float]])
 
 
 def main() -> int:
-    from runtime.default_model import default_model_path
+    from runtime.library.default_model import default_model_path
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=None, help="the draft (default: the default model)")

@@ -5,9 +5,9 @@ executable with a flag that says what to be:
 
     Outrider                               the desktop app (app.main.main)
     Outrider --self-test [--model F.gguf]  the offscreen self-test (passed to app.main.main)
-    Outrider --engine serve --port 0 …     the engine CLI, `outrider …` (runtime.cli.main);
-                                           app/engine_process.py starts the engine this way
-    Outrider --quantize-worker             the quantize worker (runtime/quantize.py)
+    Outrider --engine serve --port 0 …     the engine CLI, `outrider …` (runtime.cli.main.main);
+                                           app/engine/process.py starts the engine this way
+    Outrider --quantize-worker             the quantize worker (runtime/quality/quantize.py)
 
 So `Outrider --engine info model.gguf` or `Outrider --engine serve model.gguf` work from a
 terminal too: the bundle carries the whole command line.
@@ -25,11 +25,11 @@ QUANTIZE_WORKER_FLAG = "--quantize-worker"
 def main(argv: Sequence[str]) -> int:
     args = list(argv)
     if args[:1] == [ENGINE_FLAG]:
-        from runtime.cli import main as cli_main
+        from runtime.cli.main import main as cli_main
 
         return cli_main(args[1:])
     if args[:1] == [QUANTIZE_WORKER_FLAG]:
-        from runtime.quantize_worker import main as worker_main
+        from runtime.quality.worker import main as worker_main
 
         return worker_main()
     if args[:1] == ["-m"]:

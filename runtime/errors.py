@@ -57,7 +57,7 @@ class DefaultModelError(OutriderError):
     """The default model could not be fetched or failed its checksum."""
 
 
-# --- Hugging Face Hub, downloads (runtime.hub, runtime.downloads) ---------------------------
+# --- Hugging Face Hub, downloads (runtime.hub.client, runtime.downloads.manager) ---------------------------
 
 
 class HubError(OutriderError):
@@ -123,7 +123,7 @@ class EngineBusy(OutriderError):
     """The engine is loading or unloading a model and cannot take this request now."""
 
 
-# --- Quantization and quality (runtime.quantize, runtime.imatrix, runtime.evaluate) ---------
+# --- Quantization and quality (runtime.quality.quantize, runtime.quality.imatrix, runtime.quality.evaluate) ---------
 
 
 class QuantizeError(OutriderError):

@@ -59,6 +59,6 @@ def alien_draft() -> Path:
 @pytest.fixture(scope="session")
 def default_model() -> Path:
     """SmolLM2-135M-Instruct Q4_1 in the real user library (fetched by `make`, or here)."""
-    from runtime.default_model import fetch_default_model
+    from runtime.library.default_model import fetch_default_model
 
     return fetch_default_model(_REAL_DIRS.models, _REAL_DIRS.cache)

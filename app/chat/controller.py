@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.chat.conversation import DEFAULT_SAMPLING, Conversation, Message, MessageTree
-from app.engine_client import EngineClient, EngineState, ReplyStream
+from app.chat.store import ChatStore
+from app.engine.client import EngineClient, EngineState, ReplyStream
+from app.engine.wire import ReplyDelta, ReplyError, ReplyFinished
 from app.qt import QtCore, Signal
-from app.store import ChatStore
-from app.wire import ReplyDelta, ReplyError, ReplyFinished
 from runtime.events import SamplingParams
 
 SAVE_INTERVAL_MS = 500

@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any
 
+from app.chat.store import ChatStore, ConversationSummary
 from app.qt import Qt, QtCore, QtGui, QtWidgets, Signal
-from app.store import ChatStore, ConversationSummary
 
 PAGE = 100
 ID_ROLE = Qt.ItemDataRole.UserRole + 1

@@ -4,7 +4,7 @@ The list is the library's (`set_library`, fed from the Models page's scans) plus
 from elsewhere (`add_model`); until the first scan arrives it lists the models folder itself.
 Load takes the model's remembered load settings (`settings_for`, the Settings page's).
 
-Loading shows the memory plan first (computed off the GUI thread with `runtime.planner` from
+Loading shows the memory plan first (computed off the GUI thread with `runtime.planner.plan` from
 the file's header), asks before trying a plan that says "won't fit", shows progress while the
 engine loads, and afterwards planned beside measured memory (llama.cpp's own buffer sizes).
 """
@@ -16,13 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.background import BackgroundRunner
-from app.engine_client import EngineClient, EngineState, LoadJob
+from app.engine.client import EngineClient, EngineState, LoadJob
+from app.engine.wire import ModelInfo, ReplyError
 from app.qt import Qt, QtWidgets, Signal
+from app.services.background import BackgroundRunner
 from app.widgets import ElidedLabel
-from app.wire import ModelInfo, ReplyError
 from runtime.errors import OutriderError
-from runtime.settings import LoadSettings
+from runtime.settings.load import LoadSettings
 
 MIB = 1 << 20
 _SPLIT_PART = re.compile(r"-(\d{5})-of-\d{5}$")
@@ -43,8 +43,8 @@ def library_models(models_dir: Path) -> list[Path]:
 
 def plan_model(settings: LoadSettings) -> dict[str, Any]:
     """The memory plan for `settings` as a dict (runs on the background thread)."""
-    from runtime.gguf_info import read_model_info
-    from runtime.planner import plan_memory
+    from runtime.gguf.info import read_model_info
+    from runtime.planner.plan import plan_memory
 
     return plan_memory(read_model_info(settings.model_path), settings).to_dict()
 

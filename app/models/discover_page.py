@@ -10,12 +10,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from app.models.fit_badge import fmt_bytes
-from app.models.outcome import on_result
-from app.models.services import ModelServices
+from app.fit_badge import fmt_bytes
 from app.qt import Qt, QtCore, QtWidgets, Signal
-from runtime.catalog import CatalogModel, load_catalog
-from runtime.hub import RepoSummary
+from app.services.models import ModelServices
+from app.services.outcome import on_result
+from runtime.hub.catalog import CatalogModel, load_catalog
+from runtime.hub.client import RepoSummary
 
 SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently updated", "recent"))
 RESULT_COLUMNS = ("Repository", "Downloads", "Likes", "Updated", "Access")

@@ -11,12 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.models.fit_badge import fmt_bytes
-from app.models.outcome import on_result
-from app.models.services import ModelServices
+from app.fit_badge import fmt_bytes
 from app.qt import Qt, QtWidgets, Signal
-from app.settings.token_dialog import TokenPrompt, ask_token
-from runtime.downloads import DownloadJob, DownloadNotice, DownloadProgress, DownloadStateChanged
+from app.services.models import ModelServices
+from app.services.outcome import on_result
+from app.token_dialog import TokenPrompt, ask_token
+from runtime.downloads.manager import (
+    DownloadJob,
+    DownloadNotice,
+    DownloadProgress,
+    DownloadStateChanged,
+)
 
 COLUMNS = ("File", "Repository", "Progress", "Speed", "Time left", "Status", "Actions")
 STATE_TEXT = {"queued": "Queued", "running": "Downloading", "paused": "Paused", "done": "Done",

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.models.drafts import compatible_drafts
-from app.models.fit_badge import fmt_bytes, fmt_count
-from app.models.outcome import Inbox, on_result
-from app.models.services import ModelServices
+from app.fit_badge import fmt_bytes, fmt_count
 from app.qt import QtCore, QtGui, QtWidgets, Signal
-from runtime.library import LibraryModel
+from app.services.drafts import compatible_drafts
+from app.services.models import ModelServices
+from app.services.outcome import Inbox, on_result
+from runtime.library.library import LibraryModel
 
 # Short headers, as a column is as wide as its header or values: the Model column shows names
 # whole, Repository takes what is left; the headers' tooltips say the rest.
@@ -56,7 +56,7 @@ def choose_draft_type(parent: QtWidgets.QWidget, model: LibraryModel) -> str | N
 
 def _quantize_available() -> bool:
     try:
-        import runtime.quantize  # noqa: F401
+        import runtime.quality.quantize  # noqa: F401
     except ImportError:
         return False
     return True
@@ -65,7 +65,7 @@ def _quantize_available() -> bool:
 class LibraryPage(QtWidgets.QWidget):
     """Signals:
         load_requested(LoadSettings): Load, with the model's remembered settings
-            (runtime.settings.LoadSettings).
+            (runtime.settings.load.LoadSettings).
         settings_requested(object): the Path of a model whose settings the user wants.
         message(str): something to tell the user (status bar).
     """
@@ -136,7 +136,7 @@ class LibraryPage(QtWidgets.QWidget):
         self.buttons["import"].clicked.connect(self._on_import)
         self.buttons["draft"].clicked.connect(self._on_make_draft)
         if not _quantize_available():
-            self.buttons["draft"].setToolTip("Needs the quantizer (runtime.quantize), which this "
+            self.buttons["draft"].setToolTip("Needs the quantizer (runtime.quality.quantize), which this "
                                              "build lacks")
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self.table.cellActivated.connect(lambda _r, _c: self._on_load())
@@ -282,7 +282,7 @@ class LibraryPage(QtWidgets.QWidget):
 
     def make_draft(self, model: LibraryModel, kind: str) -> None:
         """Quantize `model` to `kind` beside it (a worker process does the work)."""
-        from runtime.quantize import QuantRecipe, default_output_path, quantize
+        from runtime.quality.quantize import QuantRecipe, default_output_path, quantize
 
         cancel = threading.Event()
         self._cancel_draft = cancel

@@ -1,6 +1,6 @@
 """The Models page: Discover · Repository · Downloads · Library, as tabs.
 
-    page = ModelsPage(services)                       # app.models.services.ModelServices
+    page = ModelsPage(services)                       # app.services.models.ModelServices
     page.load_requested.connect(picker.load)          # LoadSettings
     page.settings_requested.connect(settings_page.show_model)
 
@@ -15,9 +15,9 @@ from app.models.discover_page import DiscoverPage
 from app.models.downloads_page import DownloadsPage
 from app.models.library_page import LibraryPage
 from app.models.repo_page import RepoPage
-from app.models.services import ModelServices
 from app.qt import QtWidgets, Signal
-from app.settings.token_dialog import TokenPrompt, ask_token
+from app.services.models import ModelServices
+from app.token_dialog import TokenPrompt, ask_token
 
 DISCOVER, REPOSITORY, DOWNLOADS, LIBRARY = range(4)
 

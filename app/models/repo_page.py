@@ -1,6 +1,6 @@
 """One repository: its quants with a fit badge each, the recommended one marked, Download per row.
 
-The listing comes from `runtime.quants.list_quants` on the network thread: each file's header
+The listing comes from `runtime.hub.quants.list_quants` on the network thread: each file's header
 read remotely (quant type, parameters, bits per weight), judged by the memory planner with
 the fit defaults from the settings (context, K and V cache types) against the memory free now.
 A gated repository without a token asks for one first (`ask_token`, injectable); the token is
@@ -13,16 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.models.fit_badge import BADGE_ROLE, badge_text, badge_tooltip, fmt_bytes, fmt_count
-from app.models.outcome import on_result
-from app.models.services import ModelServices
+from app.fit_badge import BADGE_ROLE, badge_text, badge_tooltip, fmt_bytes, fmt_count
 from app.qt import Qt, QtGui, QtWidgets, Signal
-from app.settings.token_dialog import TokenPrompt, ask_token
-from runtime.downloads import DownloadJob
-from runtime.hub import Hub, RepoDetails
-from runtime.quants import QuantEntry, QuantListing, list_quants
-from runtime.settings import LoadSettings
-from runtime.user_settings import AppSettings
+from app.services.models import ModelServices
+from app.services.outcome import on_result
+from app.token_dialog import TokenPrompt, ask_token
+from runtime.downloads.manager import DownloadJob
+from runtime.hub.client import Hub, RepoDetails
+from runtime.hub.quants import QuantEntry, QuantListing, list_quants
+from runtime.settings.load import LoadSettings
+from runtime.settings.user import AppSettings
 
 COLUMNS = ("Quant", "Bits/weight", "Size", "Fit", "File", "")
 _COLORS = {"ok": "#1a7f37", "warn": "#9a6700", "accent": "#3b6fd8", "error_text": "#cf222e"}

@@ -5,12 +5,12 @@ the window should appear before that."""
 from __future__ import annotations
 
 from app.chat.conversation import Message
+from app.engine.wire import MetricsSnapshot, ModelInfo
 from app.panels.memory import MemoryPanel
 from app.panels.speculative import SpeculativePanel
 from app.panels.speed import SpeedPanel
 from app.qt import Qt, QtWidgets
 from app.theme import Palette
-from app.wire import MetricsSnapshot, ModelInfo
 from runtime.events import StepStats
 
 

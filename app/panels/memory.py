@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 
+from app.engine.wire import DeviceMemory, MetricsSnapshot
 from app.panels.base import (
     MIB,
     PLOT_HEIGHT,
@@ -24,7 +25,6 @@ from app.panels.base import (
 )
 from app.qt import QtWidgets
 from app.theme import Palette
-from app.wire import DeviceMemory, MetricsSnapshot
 
 BAR = 0.32
 MIN_TOP_MIB = 100.0  # both plots show at least 0 … 100 MiB (before the first snapshot)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 
+from app.engine.wire import MetricsSnapshot, ModelInfo
 from app.panels.base import Panel
 from app.qt import QtWidgets
 from app.theme import Palette
 from app.throttle import Throttle
-from app.wire import MetricsSnapshot, ModelInfo
 from runtime.events import StepStats
 
 NO_DRAFT = "no drafter loaded (choose a draft model or n-gram lookup in Settings)"

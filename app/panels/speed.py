@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.engine.wire import MetricsSnapshot
 from app.panels.base import Panel
 from app.qt import QtWidgets
 from app.theme import Palette
-from app.wire import MetricsSnapshot
 
 MIN_TOP = 10.0  # tok/s: the y axis shows at least 0 … 10 (round ticks while idle)
 

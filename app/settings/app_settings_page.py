@@ -1,7 +1,7 @@
 """The app's own settings: models folder, Hugging Face token, Hub endpoint, preferred quant,
 parallel downloads, the local server, theme, and what the fit verdicts assume.
 
-Each change is validated at once (`runtime.user_settings`); a refused value is explained in
+Each change is validated at once (`runtime.settings.user`); a refused value is explained in
 one line and the saved settings stay as they were. Secrets are never put back into a widget:
 the token field is empty and says whether a token is saved (`hf_…abcd`).
 """
@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from app.qt import QtWidgets
-from app.settings.controller import SettingsController
+from app.services.settings import SettingsController
 from runtime.errors import SettingsError
-from runtime.settings import KV_CACHE_TYPES
-from runtime.user_settings import (
+from runtime.settings.load import KV_CACHE_TYPES
+from runtime.settings.user import (
     MAX_PARALLEL_DOWNLOADS,
     QUANT_LEVELS,
     THEMES,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.settings import KV_CACHE_TYPES
+from runtime.settings.load import KV_CACHE_TYPES
 
 QUALITY: dict[str, str] = {
     "f32": "full precision, twice the memory of f16 with no gain for inference",

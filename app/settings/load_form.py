@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.models.drafts import DraftCandidate
 from app.qt import Qt, QtGui, QtWidgets, Signal
+from app.services.drafts import DraftCandidate
 from app.settings.kv_notes import kv_note
 from runtime.events import SamplingParams
-from runtime.settings import KV_CACHE_TYPES, DraftSettings, LoadSettings
-from runtime.user_settings import ModelPrefs
+from runtime.settings.load import KV_CACHE_TYPES, DraftSettings, LoadSettings
+from runtime.settings.user import ModelPrefs
 
 DRAFT_KINDS = (("None", "none"), ("Prompt lookup (n-gram)", "ngram"), ("Draft model", "model"))
 FLASH = (("Auto", "auto"), ("On", "on"), ("Off", "off"))

@@ -7,7 +7,7 @@
     client.model_changed.connect(lambda m: page.set_loaded_model(Path(m.path) if m else None))
 
 The model's header is read once, off the GUI thread; after that every change re-plans with
-`runtime.planner.plan_memory` (pure arithmetic over the header, milliseconds) on a worker
+`runtime.planner.plan.plan_memory` (pure arithmetic over the header, milliseconds) on a worker
 thread, newest request first, so the verdict, the breakdown and the largest context change on
 screen before anything loads. Changes are remembered for the model file (saved a
 moment after the last edit). The quant combo lists the repository's other quants; choosing
@@ -22,21 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from app.models.downloads_page import explain
-from app.models.drafts import judge_drafts
-from app.models.outcome import on_result
-from app.models.services import ModelServices
 from app.qt import QtCore, QtWidgets, Signal
-from app.settings.controller import SettingsController
+from app.services.drafts import judge_drafts
+from app.services.models import ModelServices
+from app.services.outcome import on_result
+from app.services.settings import SettingsController
 from app.settings.load_form import LoadForm
 from app.settings.plan_view import PlanView
 from app.settings.quant_choices import QuantChoice, local_choices, merge, remote_choices
-from runtime.devices import Device
-from runtime.downloads import DownloadJob, DownloadProgress, DownloadStateChanged
+from runtime.downloads.manager import DownloadJob, DownloadProgress, DownloadStateChanged
 from runtime.errors import HubUnreachable, SettingsError
-from runtime.gguf_info import ModelInfo, read_model_info
-from runtime.library import LibraryModel
-from runtime.planner import MemoryPlan, plan_memory
-from runtime.user_settings import ModelPrefs
+from runtime.gguf.info import ModelInfo, read_model_info
+from runtime.library.library import LibraryModel
+from runtime.planner.devices import Device
+from runtime.planner.plan import MemoryPlan, plan_memory
+from runtime.settings.user import ModelPrefs
 
 
 def read_target(path: Path, devices: Any) -> tuple[ModelInfo, list[Device]]:

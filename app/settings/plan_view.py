@@ -8,9 +8,9 @@ device against its free memory, the largest context that fits, and the planner's
 
 from __future__ import annotations
 
-from app.models.fit_badge import BADGE_ROLE, badge_text, fmt_bytes
+from app.fit_badge import BADGE_ROLE, badge_text, fmt_bytes
 from app.qt import Qt, QtWidgets
-from runtime.planner import KV_CELL_PAD, MemoryPlan
+from runtime.planner.plan import KV_CELL_PAD, MemoryPlan
 
 ROWS = (("weights", "Weights"), ("kv", "KV cache"), ("compute", "Compute buffers"),
         ("overhead", "Other"), ("total", "Total"), ("max_context", "Largest context that fits"),

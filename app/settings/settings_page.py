@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from app.models.services import ModelServices
 from app.qt import QtWidgets
+from app.services.models import ModelServices
+from app.services.settings import SettingsController
 from app.settings.app_settings_page import AppSettingsPage
-from app.settings.controller import SettingsController
 from app.settings.model_settings_page import ModelSettingsPage
 
 APP, MODEL = range(2)

@@ -20,13 +20,13 @@ import anyio.to_thread
 from fastapi import APIRouter, Body
 from pydantic import TypeAdapter, ValidationError
 
-from runtime.engine_api import LoadedModel
+from runtime.engine.api import LoadedModel
 from runtime.errors import ModelNotFound, OutriderError, SettingsError
 from runtime.server.jsonable import to_jsonable
 from runtime.server.metrics import metrics_snapshot, plan_for
 from runtime.server.sse import sse_event, sse_response
 from runtime.server.state import ServerState
-from runtime.settings import DraftSettings, LoadSettings
+from runtime.settings.load import DraftSettings, LoadSettings
 
 log = logging.getLogger(__name__)
 

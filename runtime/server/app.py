@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
 from runtime import __version__
-from runtime.engine_api import EngineAPI
+from runtime.engine.api import EngineAPI
 from runtime.errors import OutriderError
 from runtime.server.api_routes import api_router
 from runtime.server.error_responses import error_response, response_for_exception

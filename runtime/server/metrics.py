@@ -1,6 +1,6 @@
 """The metrics snapshot of `/api/metrics`: devices, engine RSS, the engine's rolling rates.
 
-Devices come from `runtime.devices` and the plan from `runtime.planner`; both are imported
+Devices come from `runtime.planner.devices` and the plan from `runtime.planner.plan`; both are imported
 when first needed, and the snapshot degrades (CPU memory from psutil, no plan) where they are
 missing or fail, because a metrics panel going blank is better than a 500.
 
@@ -21,10 +21,10 @@ from typing import Any
 
 import psutil
 
-from runtime.engine_api import EngineAPI
+from runtime.engine.api import EngineAPI
 from runtime.errors import OutriderError
 from runtime.server.jsonable import to_jsonable
-from runtime.settings import LoadSettings
+from runtime.settings.load import LoadSettings
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def _field(data: dict[str, Any], *names: str) -> Any:
 
 
 def _planned(plan: Any, device_id: str) -> dict[str, int] | None:
-    """This device's share of the plan (`runtime.planner.MemoryPlan.to_dict()` shape)."""
+    """This device's share of the plan (`runtime.planner.plan.MemoryPlan.to_dict()` shape)."""
     entries = plan.get("devices") if isinstance(plan, dict) else None
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and entry.get("id") == device_id:
@@ -63,7 +63,7 @@ def _planned(plan: Any, device_id: str) -> dict[str, int] | None:
 
 def device_snapshot(plan: Any = None) -> list[dict[str, Any]]:
     """Every compute device with total and free memory now, and its planned share."""
-    devices_module = _optional_module("runtime.devices")
+    devices_module = _optional_module("runtime.planner.devices")
     found: list[dict[str, Any]] = []
     if devices_module is not None:
         try:
@@ -88,7 +88,7 @@ def device_snapshot(plan: Any = None) -> list[dict[str, Any]]:
 
 
 def engine_rss_bytes() -> int:
-    devices_module = _optional_module("runtime.devices")
+    devices_module = _optional_module("runtime.planner.devices")
     measure = getattr(devices_module, "engine_rss_bytes", None)
     if callable(measure):
         try:
@@ -110,8 +110,8 @@ def metrics_snapshot(engine: EngineAPI, plan: Any = None) -> dict[str, Any]:
 def plan_for(settings: LoadSettings) -> Any:
     """The memory plan for `settings` (`MemoryPlan.to_dict()`), or None if none can be made:
     the plan is information, so a model the planner cannot read still loads."""
-    planner = _optional_module("runtime.planner")
-    info_module = _optional_module("runtime.gguf_info")
+    planner = _optional_module("runtime.planner.plan")
+    info_module = _optional_module("runtime.gguf.info")
     if planner is None or info_module is None:
         return None
     try:

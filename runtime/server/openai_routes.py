@@ -15,7 +15,7 @@ import anyio.to_thread
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
-from runtime.engine_api import LoadedModel
+from runtime.engine.api import LoadedModel
 from runtime.events import ErrorEvent, Event, GenerationRequest
 from runtime.server.completion import ChunkWriter, ResponseCollector
 from runtime.server.error_responses import error_response, response_for_event

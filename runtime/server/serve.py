@@ -32,12 +32,12 @@ import psutil
 import uvicorn
 import uvicorn.config
 
-from runtime.engine_api import EngineAPI
+from runtime.engine.api import EngineAPI
 from runtime.errors import PortInUse, SettingsError
 from runtime.server.app import create_app
 from runtime.server.metrics import plan_for, planned_gpu_layers
 from runtime.server.state import ServerLimits
-from runtime.settings import LoadSettings
+from runtime.settings.load import LoadSettings
 
 READY_PREFIX = "OUTRIDER_SERVER_READY"
 log = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ def _log_config(level: str) -> dict[str, Any]:
 
 
 def _default_engine() -> EngineAPI:
-    from runtime.engine import Engine
+    from runtime.engine.engine import Engine
     from runtime.speculative.speculation import Speculation
 
     engine: EngineAPI = Engine(speculation=Speculation(), plan_gpu_layers=planned_gpu_layers)

@@ -32,7 +32,7 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from runtime.engine_api import RequestHandle
+from runtime.engine.api import RequestHandle
 from runtime.events import ErrorEvent, Event, Finished
 
 log = logging.getLogger(__name__)

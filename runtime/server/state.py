@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.engine_api import EngineAPI, LoadedModel
+from runtime.engine.api import EngineAPI, LoadedModel
 from runtime.errors import EngineBusy, NoModelLoaded, PathNotAllowed
 
 

@@ -33,15 +33,15 @@ from pathlib import Path
 import llama_cpp.llama_cpp as L
 import numpy as np
 
-from runtime import native
 from runtime.events import SamplingParams
-from runtime.llama import Batch, LlamaContext, LlamaModel, supports_gpu_offload
-from runtime.llama_params import to_llama_params
-from runtime.sampling import Sampler
-from runtime.settings import DraftSettings, LoadSettings
+from runtime.llama.binding import Batch, LlamaContext, LlamaModel, supports_gpu_offload
+from runtime.llama.params import to_llama_params
+from runtime.sampling import native
+from runtime.sampling.sampler import Sampler
+from runtime.settings.load import DraftSettings, LoadSettings
+from runtime.speculative.api import DraftProposal
 from runtime.speculative.compat import TokenizerFacts
 from runtime.speculative.pacing import PacedDrafter, Pacer
-from runtime.speculative_api import DraftProposal
 
 logger = logging.getLogger("outrider.speculative")
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runtime.settings import DraftSettings
+from runtime.settings.load import DraftSettings
 from runtime.speculative.adaptive import DraftLengthController
 from runtime.speculative.stats import ReplySpecStats
 

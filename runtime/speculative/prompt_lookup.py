@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from runtime.errors import SettingsError
-from runtime.native import native_kernels
+from runtime.sampling.native import native_kernels
 
 
 def ngram_lookup_reference(tokens: Sequence[int] | np.ndarray, ngram_min: int,

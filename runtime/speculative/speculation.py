@@ -1,7 +1,7 @@
 """Speculative decoding for the engine: drafters per the load settings, and the verifier.
 
 `Speculation.attach` runs once per model load on the engine thread and returns a
-`SpecSetup` (runtime.speculative_api): a factory of per-sequence drafters and the verifier.
+`SpecSetup` (runtime.speculative.api): a factory of per-sequence drafters and the verifier.
 
     engine = Engine(speculation=Speculation())
     engine.load(LoadSettings(model_path=target,
@@ -16,7 +16,7 @@
 `SamplingVerifier` turns the target's k + 1 raw logit rows into final distributions with the
 sequence's own `Sampler` (penalties from the accepted history: row i sees the accepted
 tokens and the drafts x1..xi before its position), draws the uniforms from the sequence's
-seeded generator and calls `runtime.native.verify`: "greedy" at temperature 0, "leviathan"
+seeded generator and calls `runtime.sampling.native.verify`: "greedy" at temperature 0, "leviathan"
 (min(1, p/q), residual resampling) above it — q = None for prompt lookup's point masses —
 or llama.cpp's "greedy_match" when `draft.verifier` asks for it (the benchmark's baseline).
 """
@@ -29,16 +29,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from runtime import native
-from runtime.preflight import check_gguf
-from runtime.sampling import Sampler
-from runtime.settings import DraftSettings, LoadSettings
+from runtime.gguf.preflight import check_gguf
+from runtime.sampling import native
+from runtime.sampling.sampler import Sampler
+from runtime.sampling.verify import VerifyMode
+from runtime.settings.load import DraftSettings, LoadSettings
+from runtime.speculative.api import DraftProposal, SpecSetup, Verdict
 from runtime.speculative.compat import check_draft_compat
 from runtime.speculative.draft_model import DraftContext, DraftModel, tokenizer_facts
 from runtime.speculative.pacing import CostMemory, PacedDrafter, Pacer
 from runtime.speculative.prompt_lookup import PromptLookup
-from runtime.speculative_api import DraftProposal, SpecSetup, Verdict
-from runtime.verify import VerifyMode
 
 _NO_DRAFT = DraftProposal(())
 
@@ -162,7 +162,7 @@ class NgramDrafter(PacedDrafter):
 
 
 class Speculation:
-    """Implements runtime.speculative_api.Speculation. `clock` times the rounds (tests
+    """Implements runtime.speculative.api.Speculation. `clock` times the rounds (tests
     pass a fake one)."""
 
     def __init__(self, *, clock: Callable[[], float] = time.perf_counter) -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cli import main
-from runtime.engine import Engine
+from runtime.cli.main import main
+from runtime.engine.engine import Engine
 from runtime.events import ChatMessage, Finished, GenerationRequest, SamplingParams, TokenEvent
-from runtime.settings import LoadSettings
+from runtime.settings.load import LoadSettings
 
 pytestmark = pytest.mark.e2e
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import RequantizeRefused
-from runtime.evaluate import EvalOptions, default_text, evaluate
-from runtime.quantize import QuantRecipe, RequantizeWarning, quantize, read_tensor_types
+from runtime.quality.evaluate import EvalOptions, default_text, evaluate
+from runtime.quality.quantize import QuantRecipe, RequantizeWarning, quantize, read_tensor_types
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ def test_self_test_exits_zero(default_model: Path, isolated_user_dirs: Path) -> 
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen",
                OUTRIDER_MODELS_DIR=str(default_model.parents[2]))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    result = subprocess.run([sys.executable, "-m", "runtime.cli", "--self-test"], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "runtime.cli.main", "--self-test"], cwd=ROOT,
                             env=env, capture_output=True, text=True, timeout=240, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "self-test: generated" in result.stdout

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from runtime.engine import Engine
+from runtime.engine.engine import Engine
 from runtime.events import ChatMessage, Finished, GenerationRequest, SamplingParams, TokenEvent
-from runtime.settings import DraftSettings, LoadSettings
+from runtime.settings.load import DraftSettings, LoadSettings
 from runtime.speculative.speculation import Speculation
 
 pytestmark = pytest.mark.e2e

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.engine import Engine
-from runtime.settings import LoadSettings
+from runtime.engine.engine import Engine
+from runtime.settings.load import LoadSettings
 
 
 @pytest.fixture

@@ -1,11 +1,11 @@
-"""Chat templates (runtime.chat_template): the fixture's ChatML template, HF-style
+"""Chat templates (runtime.engine.chat_template): the fixture's ChatML template, HF-style
 features real templates use, and the ChatML fallback said out loud."""
 
 from __future__ import annotations
 
 import pytest
 
-from runtime.chat_template import CHATML, ChatTemplate
+from runtime.engine.chat_template import CHATML, ChatTemplate
 from runtime.errors import ChatTemplateError
 from runtime.events import ChatMessage
 from tests.fixtures.tiny_gguf import CHATML_TEMPLATE

@@ -1,4 +1,4 @@
-"""`outrider run` and `outrider chat` (runtime.cli_engine) through `runtime.cli.main`."""
+"""`outrider run` and `outrider chat` (runtime.cli.run) through `runtime.cli.main.main`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cli import main
+from runtime.cli.main import main
 
 
 def test_run_streams_and_prints_speed(tiny_target: Path, capsys: pytest.CaptureFixture[str]) -> None:

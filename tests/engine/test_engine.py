@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime.engine import Engine, RequestHandle
+from runtime.engine.engine import Engine, RequestHandle
 from runtime.errors import (
     LoadError,
     ModelNotFound,
@@ -26,9 +26,9 @@ from runtime.events import (
     SamplingParams,
     TokenEvent,
 )
-from runtime.sampling import Sampler
-from runtime.settings import DraftSettings, LoadSettings
-from runtime.speculative_api import DraftProposal, SpecSetup, Verdict
+from runtime.sampling.sampler import Sampler
+from runtime.settings.load import DraftSettings, LoadSettings
+from runtime.speculative.api import DraftProposal, SpecSetup, Verdict
 from tests.engine.conftest import tiny_settings
 from tests.fixtures.tiny_gguf import TinySpec, write_tiny_gguf
 

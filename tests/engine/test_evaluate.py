@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from runtime.errors import EvalError, KLDBaseMismatch, TextTooShort
-from runtime.evaluate import EvalOptions, default_text, evaluate
-from runtime.kld import kld_rows, load_base, log_softmax, summarize
+from runtime.quality.evaluate import EvalOptions, default_text, evaluate
+from runtime.quality.kld import kld_rows, load_base, log_softmax, summarize
 
 
 def brute_kl(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
@@ -180,7 +180,7 @@ def test_cli_eval_prints_and_saves(tiny_target: Path, text: str, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from runtime.cli import main
+    from runtime.cli.main import main
 
     source = tmp_path / "t.txt"
     source.write_text(text, encoding="utf-8")

@@ -1,4 +1,4 @@
-"""The thin llama.cpp wrapper (runtime.llama) on the tiny generated GGUFs."""
+"""The thin llama.cpp wrapper (runtime.llama.binding) on the tiny generated GGUFs."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from runtime.errors import LoadError
-from runtime.llama import Batch, LlamaContext, LlamaModel, Utf8Stream
-from runtime.llama_log import parse_buffer_sizes
-from runtime.llama_params import (
+from runtime.llama.binding import Batch, LlamaContext, LlamaModel, Utf8Stream
+from runtime.llama.buffers import parse_buffer_sizes
+from runtime.llama.params import (
     FLASH_ATTN_AUTO,
     FLASH_ATTN_OFF,
     FLASH_ATTN_ON,

@@ -1,4 +1,4 @@
-"""LoadSettings → llama.cpp parameters (runtime.llama_params), asserted value by value."""
+"""LoadSettings → llama.cpp parameters (runtime.llama.params), asserted value by value."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runtime.llama_params import (
+from runtime.llama.params import (
     FLASH_ATTN_AUTO,
     FLASH_ATTN_OFF,
     FLASH_ATTN_ON,
@@ -18,7 +18,7 @@ from runtime.llama_params import (
     default_threads,
     to_llama_params,
 )
-from runtime.settings import KV_CACHE_TYPES, LoadSettings
+from runtime.settings.load import KV_CACHE_TYPES, LoadSettings
 
 MODEL = Path("m.gguf")
 

@@ -28,16 +28,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runtime import native
-from runtime.engine import Engine
+from runtime.engine.engine import Engine
 from runtime.events import Finished, GenerationRequest, SamplingParams, StepStats, TokenEvent
-from runtime.llama import Batch, LlamaContext, LlamaModel
-from runtime.llama_params import to_llama_params
-from runtime.sampling import Sampler
-from runtime.settings import DraftSettings, LoadSettings
+from runtime.llama.binding import Batch, LlamaContext, LlamaModel
+from runtime.llama.params import to_llama_params
+from runtime.sampling import native
+from runtime.sampling.sampler import Sampler
+from runtime.settings.load import DraftSettings, LoadSettings
 from runtime.speculative.adaptive import DraftLengthController
+from runtime.speculative.api import DraftProposal, SpecSetup, Verdict
 from runtime.speculative.speculation import SamplingVerifier, Speculation, target_distributions
-from runtime.speculative_api import DraftProposal, SpecSetup, Verdict
 from tests.conftest import tiny_model_path
 from tests.engine.conftest import tiny_settings
 from tests.fixtures.tiny_gguf import TARGET

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from runtime.errors import ImatrixError, QuantizeCancelled, QuantizeError, RequantizeRefused
-from runtime.imatrix import load_imatrix, write_imatrix
-from runtime.quantize import (
+from runtime.quality.imatrix import load_imatrix, write_imatrix
+from runtime.quality.quantize import (
     QuantProgress,
     QuantRecipe,
     RequantizeWarning,
@@ -208,7 +208,7 @@ def test_imatrix_of_another_model_is_refused(tiny_target: Path, tmp_path: Path) 
 
 
 def test_worker_protocol_round_trips_a_plan(tmp_path: Path) -> None:
-    from runtime.quantize import plan_from_json, plan_quantization, plan_to_json
+    from runtime.quality.quantize import plan_from_json, plan_quantization, plan_to_json
 
     plan = plan_quantization(QuantRecipe("Q4_0", embeddings="Q8_0", edge_layers=(1, "Q8_0"),
                                          imatrix=tmp_path / "m.gguf"), ["blk.0.x", "blk.3.x"])
@@ -219,7 +219,7 @@ def test_worker_protocol_round_trips_a_plan(tmp_path: Path) -> None:
 
 def test_cli_quantize_makes_the_file_and_refuses_requantize(
         tiny_target: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from runtime.cli import main
+    from runtime.cli.main import main
 
     out = tmp_path / "cli.gguf"
     assert main(["quantize", str(tiny_target), "--type", "q4_0", "--embeddings", "Q8_0",

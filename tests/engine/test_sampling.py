@@ -1,4 +1,4 @@
-"""Per-sequence sampling (runtime.sampling): greedy, seeds, penalties, and the candidate
+"""Per-sequence sampling (runtime.sampling.sampler): greedy, seeds, penalties, and the candidate
 fast path agreeing exactly with the reference kernels on the full row."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime import kernels
 from runtime.errors import SettingsError
 from runtime.events import SamplingParams
-from runtime.sampling import Sampler
+from runtime.sampling import kernels
+from runtime.sampling.sampler import Sampler
 
 VOCAB = 4000
 

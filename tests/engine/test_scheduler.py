@@ -10,13 +10,13 @@ from collections.abc import Sequence as Seq
 import numpy as np
 import pytest
 
+from runtime.engine.kv_slots import KvSlots, common_prefix
+from runtime.engine.scheduler import Scheduler
+from runtime.engine.sequence import Sequence
+from runtime.engine.stops import StopMatcher
 from runtime.events import ErrorEvent, Event, Finished, SamplingParams, StepStats, TokenEvent
-from runtime.kv_slots import KvSlots, common_prefix
-from runtime.sampling import Sampler
-from runtime.scheduler import Scheduler
-from runtime.sequence import Sequence
-from runtime.speculative_api import DraftProposal, Verdict
-from runtime.stops import StopMatcher
+from runtime.sampling.sampler import Sampler
+from runtime.speculative.api import DraftProposal, Verdict
 from tests.engine.fake_llama import FakeBatch, FakeContext, FakeVocab, logits_for
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from runtime.cli import main
-from runtime.engine import Engine
+from runtime.cli.main import main
+from runtime.engine.engine import Engine
 from runtime.events import (
     Event,
     Finished,
@@ -25,11 +25,11 @@ from runtime.events import (
     StepStats,
     TokenEvent,
 )
-from runtime.sampling import Sampler
-from runtime.settings import DraftSettings, LoadSettings
+from runtime.sampling.sampler import Sampler
+from runtime.settings.load import DraftSettings, LoadSettings
+from runtime.speculative.api import DraftProposal, SpecSetup, Verdict
 from runtime.speculative.pacing import CostMemory, Pacer
 from runtime.speculative.speculation import SamplingVerifier, Speculation
-from runtime.speculative_api import DraftProposal, SpecSetup, Verdict
 from tests.engine.conftest import tiny_settings
 
 PROMPTS = ["the cat went to the sea and then", "the dog went to the hill and then",
@@ -385,7 +385,7 @@ def test_draft_make_writes_a_compatible_draft_next_to_the_target(
 
 def test_info_says_which_sampling_kernels_run(tiny_target: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    from runtime.native import native_status
+    from runtime.sampling.native import native_status
 
     assert main(["info", str(tiny_target)]) == 0
     assert f"sampling and verify: {native_status()}" in capsys.readouterr().out

@@ -1,10 +1,10 @@
-"""Stop strings across token boundaries (runtime.stops), with synthetic pieces."""
+"""Stop strings across token boundaries (runtime.engine.stops), with synthetic pieces."""
 
 from __future__ import annotations
 
 import pytest
 
-from runtime.stops import StopMatcher
+from runtime.engine.stops import StopMatcher
 
 
 def feed(stops: list[str], pieces: list[str]) -> tuple[str, bool]:

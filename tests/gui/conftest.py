@@ -14,17 +14,17 @@ import psutil
 import pytest
 from pytestqt.exceptions import TimeoutError as QtTimeout
 
-from app.engine_client import EngineClient, EngineState
-from app.engine_process import EngineCommand
+from app.chat.store import ChatStore
+from app.engine.client import EngineClient, EngineState
+from app.engine.process import EngineCommand
 from app.gui_gc import collect_on_gui_thread
 from app.qt import QtCore, QtWidgets
-from app.settings.controller import SettingsController
-from app.store import ChatStore
+from app.services.settings import SettingsController
 from app.theme import LIGHT, Palette
 from app.window import MainWindow
 from runtime.paths import user_dirs
-from runtime.settings import LoadSettings
-from runtime.user_settings import SettingsStore
+from runtime.settings.load import LoadSettings
+from runtime.settings.user import SettingsStore
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_TIMEOUT_MS = 60_000
@@ -74,7 +74,7 @@ def make_window(qtbot: object, isolated_user_dirs: Path,
                 monkeypatch: pytest.MonkeyPatch) -> Iterator[WindowFactory]:
     """`make_window(command=None)` opens a main window over the isolated user folders, with
     the settings read from their `settings.toml` (as the app does at start-up). command None
-    runs the real engine (`python -m runtime.cli serve`). Every window (and its store,
+    runs the real engine (`python -m runtime.cli.main serve`). Every window (and its store,
     engine, services and settings) is closed after the test."""
     opened: list[tuple[MainWindow, ChatStore]] = []
     if not os.environ.get("HF_ENDPOINT"):

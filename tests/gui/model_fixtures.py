@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import huggingface_hub
 import pytest
 
-from app.models.services import ModelServices
-from app.settings.controller import SettingsController
+from app.services.models import ModelServices
+from app.services.settings import SettingsController
 from tests.gui.model_helpers import Devices, make_services
 from tests.hubserver import FakeHub
 from tests.hubserver.fixtures import fake_hub  # noqa: F401  (a fixture)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.models.services import ModelServices
-from app.settings.controller import SettingsController
-from runtime.devices import Device
-from runtime.downloads import RetryPolicy
+from app.services.models import ModelServices
+from app.services.settings import SettingsController
+from runtime.downloads.manager import RetryPolicy
 from runtime.paths import user_dirs
+from runtime.planner.devices import Device
 
 GiB = 1 << 30
 # Quick retries; a stall is noticed only after 20 s, far beyond any test's pause.

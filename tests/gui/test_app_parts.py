@@ -14,10 +14,9 @@ import pytest
 
 from app.chat.conversation import Message, MessageTree
 from app.chat.markdown import DRAFT_END, DRAFT_START, MarkdownRenderer, mark_drafts
+from app.chat.store import SCHEMA_VERSION, ChatStore, ChatStoreError
 from app.crash import CrashReporter
-from app.store import SCHEMA_VERSION, ChatStore, ChatStoreError
-from app.theme import DARK, LIGHT
-from app.wire import (
+from app.engine.wire import (
     ReplyDelta,
     ReplyFinished,
     SseEvent,
@@ -28,10 +27,11 @@ from app.wire import (
     parse_metrics,
     parse_ready_line,
 )
+from app.theme import DARK, LIGHT
 from runtime.events import SamplingParams, StepStats
 
-PURE_MODULES = ["app.wire", "app.chat.conversation", "app.chat.markdown", "app.chat.export",
-                "app.engine_process", "app.panels.history", "app.panels.base",
+PURE_MODULES = ["app.engine.wire", "app.chat.conversation", "app.chat.markdown", "app.chat.export",
+                "app.engine.process", "app.panels.history", "app.panels.base",
                 "tests.gui.fake_server", "app.settings.kv_notes"]
 
 
@@ -194,7 +194,7 @@ def test_crash_reports_are_kept_and_shown_once(tmp_path: Path) -> None:
 
 
 def test_background_runner_returns_results_and_errors(qtbot) -> None:
-    from app.background import BackgroundRunner
+    from app.services.background import BackgroundRunner
 
     runner = BackgroundRunner()
     try:

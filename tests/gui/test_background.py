@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from app.background import BackgroundRunner, Job
 from app.qt import QtCore
+from app.services.background import BackgroundRunner, Job
 from tests.gui.conftest import fake_command
 
 GUARD_S = 60  # only a regression (an unbounded wait) ever gets near this
@@ -135,7 +135,7 @@ def test_a_runner_deleted_without_shutdown_ends_its_thread(qtbot) -> None:
 
 def test_closing_the_window_does_not_wait_for_a_hub_request(
         make_window, qtbot, release: threading.Event) -> None:
-    from app.models.outcome import on_result
+    from app.services.outcome import on_result
 
     window = make_window(fake_command())
     started, finished = threading.Event(), threading.Event()

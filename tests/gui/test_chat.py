@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.chat.conversation import Message
-from app.engine_client import EngineState
+from app.engine.client import EngineState
 from app.qt import Qt, QtCore
 from app.window import MainWindow
 from runtime.events import SamplingParams

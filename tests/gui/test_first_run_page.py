@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.background import BackgroundRunner
-from app.pages.first_run import FirstRunPage
+from app.first_run.page import FirstRunPage
+from app.services.background import BackgroundRunner
 
 
 def test_free_memory_is_in_gib_like_the_other_pages(qtbot, tmp_path: Path) -> None:

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from app.models.fit_badge import badge_text, badge_tooltip
+from app.fit_badge import badge_text, badge_tooltip
 from app.models.models_page import DOWNLOADS, LIBRARY, REPOSITORY, ModelsPage
-from app.models.services import ModelServices
 from app.qt import QtCore, QtGui
-from app.settings.controller import SettingsController
-from runtime.hub import Hub
-from runtime.library import LibraryModel
+from app.services.models import ModelServices
+from app.services.settings import SettingsController
+from runtime.hub.client import Hub
+from runtime.library.library import LibraryModel
 from runtime.paths import user_dirs
-from runtime.settings import LoadSettings
+from runtime.settings.load import LoadSettings
 from tests.gui.model_helpers import Devices, GiB, cpu, gpu, make_services
 from tests.hubserver import GATED_REPO, GATED_TOKEN, TINY_REPO, FakeHub, Fault
 
@@ -294,7 +294,7 @@ def test_picks_before_any_search_then_sort_and_filters(qtbot, page: ModelsPage) 
     assert discover.stack.currentWidget() is discover.picks
     qtbot.waitUntil(lambda: discover.picks.rowCount() > 0, timeout=WAIT)
     assert "16.00 GiB free" in discover.status.text()
-    from runtime.catalog import load_catalog
+    from runtime.hub.catalog import load_catalog
 
     fitting = [m.repo for m in load_catalog().for_memory(16 * GiB) if m.role in ("chat", "code")]
     assert discover.pick_repos() == fitting
@@ -352,7 +352,7 @@ def test_settings_reach_the_services(qtbot, services: ModelServices,
                                      settings_ctl: SettingsController, tmp_path: Path) -> None:
     import dataclasses
 
-    from runtime.user_settings import HubSettings
+    from runtime.settings.user import HubSettings
 
     old_hub = services.hub
     settings_ctl.update(dataclasses.replace(
@@ -367,8 +367,8 @@ def test_settings_reach_the_services(qtbot, services: ModelServices,
 
 def test_draft_verdicts_are_kept_per_pair(tiny_target: Path, tiny_draft: Path,
                                           alien_draft: Path) -> None:
-    from app.models.drafts import NOT_SMALLER, DraftVerdicts, judge_drafts
-    from runtime.library import Library
+    from app.services.drafts import NOT_SMALLER, DraftVerdicts, judge_drafts
+    from runtime.library.library import Library
 
     library = Library(user_dirs().models)
     models = [library.import_file(p, mode="link") for p in (tiny_target, tiny_draft, alien_draft)]
@@ -387,7 +387,7 @@ def test_draft_verdicts_are_kept_per_pair(tiny_target: Path, tiny_draft: Path,
 
 def test_a_download_owned_by_another_process_is_shown_not_offered(
         qtbot, page: ModelsPage) -> None:
-    from runtime.downloads import DownloadJob, DownloadStateChanged
+    from runtime.downloads.manager import DownloadJob, DownloadStateChanged
 
     downloads = page.downloads
     job = DownloadJob(id="j1", repo_id=TINY_REPO, filename=FILE, state="running", size=1000,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from app.models.models_page import DISCOVER, DOWNLOADS, LIBRARY, ModelsPage
-from app.models.services import ModelServices
 from app.qt import QtWidgets
+from app.services.models import ModelServices
 from runtime.paths import user_dirs
 
 pytest_plugins = ["tests.gui.model_fixtures"]  # its fixtures: hub, services, settings_ctl ...

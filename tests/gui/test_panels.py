@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 
+from app.engine.wire import DeviceMemory, MetricsSnapshot, ModelInfo
 from app.panels import base as base_module
 from app.panels import speculative as speculative_module
 from app.panels import speed as speed_module
@@ -22,7 +23,6 @@ from app.panels.speculative import SpeculativePanel
 from app.panels.speed import MIN_TOP, SpeedPanel
 from app.qt import QtCore, QtGui, QtWidgets
 from app.theme import DARK, LIGHT, style_sheet
-from app.wire import DeviceMemory, MetricsSnapshot, ModelInfo
 from runtime.events import StepStats
 
 MIB = 1 << 20

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from app.models.services import ModelServices
 from app.qt import QtWidgets
-from app.settings.controller import SettingsController
+from app.services.models import ModelServices
+from app.services.settings import SettingsController
 from app.settings.model_settings_page import ModelSettingsPage
 from app.settings.plan_view import plan_values
 from app.settings.settings_page import SettingsPage
 from runtime.errors import HubUnreachable, RepoNotFound
-from runtime.gguf_info import read_model_info
-from runtime.planner import plan_memory
-from runtime.settings import DraftSettings, LoadSettings
-from runtime.user_settings import SettingsStore
+from runtime.gguf.info import read_model_info
+from runtime.planner.plan import plan_memory
+from runtime.settings.load import DraftSettings, LoadSettings
+from runtime.settings.user import SettingsStore
 from tests.gui.model_helpers import Devices, cpu, gpu
 from tests.hubserver import TINY_REPO, FakeHub
 

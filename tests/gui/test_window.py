@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.chat import model_picker
-from app.engine_client import EngineState
+from app.engine.client import EngineState
 from app.qt import Qt, QtWidgets
 from app.window import CHAT, FIRST_RUN, SERVER, MainWindow
 from runtime.paths import user_dirs

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from app.chat.conversation import DEFAULT_SAMPLING
-from app.engine_client import EngineState
-from app.engine_process import EngineListen
+from app.engine.client import EngineState
+from app.engine.process import EngineListen
 from app.models.models_page import LIBRARY, ModelsPage
 from app.qt import Qt, QtGui, QtWidgets
 from app.settings.settings_page import SettingsPage
@@ -24,8 +24,8 @@ from app.theme import DARK, LIGHT, system_palette
 from app.window import CHAT, MODELS, SERVER, SETTINGS, MainWindow
 from runtime.events import SamplingParams
 from runtime.paths import user_dirs
-from runtime.settings import LoadSettings
-from runtime.user_settings import AppSettings, ModelPrefs, Secret, ServerSettings
+from runtime.settings.load import LoadSettings
+from runtime.settings.user import AppSettings, ModelPrefs, Secret, ServerSettings
 from tests.gui.conftest import WindowFactory, fake_command, load
 
 WAIT = 20_000

@@ -15,10 +15,10 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from runtime.engine_api import EngineAPI
+from runtime.engine.api import EngineAPI
 from runtime.server import ServerLimits, create_app
 from runtime.server.serve import bind_socket, server_url
-from runtime.settings import LoadSettings
+from runtime.settings.load import LoadSettings
 from tests.server.fake_engine import FakeEngine
 
 API_KEY = "test-key-0123456789"
@@ -92,8 +92,8 @@ def make_app(models_dir: Path) -> Callable[..., FastAPI]:
 
 
 def real_engine(model: Path, **settings: Any) -> EngineAPI:
-    """`runtime.engine.Engine`, started, with `model` loaded."""
-    engine_module = pytest.importorskip("runtime.engine", reason="runtime.engine not written yet")
+    """`runtime.engine.engine.Engine`, started, with `model` loaded."""
+    engine_module = pytest.importorskip("runtime.engine.engine", reason="runtime.engine.engine not written yet")
     engine: EngineAPI = engine_module.Engine()
     engine.start()
     settings.setdefault("n_ctx", 2048)

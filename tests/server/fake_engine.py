@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.engine_api import EngineMetrics, EngineStatus, LoadedModel
+from runtime.engine.api import EngineMetrics, EngineStatus, LoadedModel
 from runtime.errors import ContextOverflow, ModelNotFound, NoModelLoaded, NotAGGUF
 from runtime.events import (
     ErrorEvent,
@@ -32,7 +32,7 @@ from runtime.events import (
     TokenEvent,
     Usage,
 )
-from runtime.settings import LoadSettings
+from runtime.settings.load import LoadSettings
 
 FAIL_MARKER = "<<fail>>"  # a prompt containing it makes the engine report an internal error
 
@@ -79,7 +79,7 @@ class _Sequence:
 
 
 class FakeEngine:
-    """Deterministic stand-in for `runtime.engine.Engine`. `step_s` slows each step down."""
+    """Deterministic stand-in for `runtime.engine.engine.Engine`. `step_s` slows each step down."""
 
     def __init__(self, n_ctx: int = 2048, step_s: float = 0.0) -> None:
         self.n_ctx = n_ctx

@@ -461,7 +461,7 @@ def test_the_key_is_never_echoed(client: TestClient) -> None:
 
 def test_load_status_metrics_unload_on_the_real_engine(tiny_target: Path, models_dir: Path,
                                                        make_app: Callable[..., FastAPI]) -> None:
-    engine_module = pytest.importorskip("runtime.engine")
+    engine_module = pytest.importorskip("runtime.engine.engine")
     engine = engine_module.Engine()
     engine.start()
     try:

@@ -20,7 +20,7 @@ KEY = "process-test-key"
 
 
 def serve_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "runtime.cli", "serve", *args]
+    return [sys.executable, "-m", "runtime.cli.main", "serve", *args]
 
 
 def first_line(process: subprocess.Popen[str], timeout: float = 120) -> str:

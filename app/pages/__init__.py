@@ -1,1 +1,0 @@
-"""The other pages of the main window: Server, first run, and placeholders."""

@@ -1,0 +1,137 @@
+"""`outrider info MODEL` and `outrider plan MODEL …`: what a model is and whether it fits.
+
+MODEL is a local .gguf (any part of a split set) or an http(s) URL, read with range
+requests (only the header travels). Both print for people, or JSON with `--json`.
+
+    $ outrider plan SmolLM2-135M-Instruct.Q4_1.gguf --ctx 8192 --kv-k q8_0 --kv-v q8_0
+    CPU only: 304 MiB (weights 92 MiB, KV 96 MiB, compute 98 MiB, other 18 MiB); max context 8,192
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from runtime.gguf.info import ModelInfo, read_model_info, read_remote_model_info
+from runtime.planner.devices import list_devices
+from runtime.planner.plan import MemoryPlan, plan_memory
+from runtime.sampling.native import native_status
+from runtime.settings.load import KV_CACHE_TYPES, LoadSettings
+
+MIB = 1 << 20
+
+
+def register(subparsers: Any) -> None:
+    info = subparsers.add_parser("info", help="show a model's metadata and its memory plan")
+    info.add_argument("model", help="a .gguf file or an http(s) URL")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    info.set_defaults(handler=run_info)
+
+    plan = subparsers.add_parser("plan", help="plan memory for a model and load settings")
+    plan.add_argument("model", help="a .gguf file or an http(s) URL")
+    plan.add_argument("--ctx", type=int, default=4096, help="context length (default 4096)")
+    plan.add_argument("--kv-k", default="f16", choices=list(KV_CACHE_TYPES), help="K cache type")
+    plan.add_argument("--kv-v", default="f16", choices=list(KV_CACHE_TYPES), help="V cache type")
+    plan.add_argument("--gpu-layers", type=int, default=None, help="layers on GPU (default: auto)")
+    plan.add_argument("--ubatch", type=int, default=512, help="micro-batch size (default 512)")
+    plan.add_argument("--parallel", type=int, default=1, help="parallel sequences (default 1)")
+    plan.add_argument("--flash-attn", default="auto", choices=["auto", "on", "off"])
+    plan.add_argument("--draft", default=None, help="a draft model (.gguf or URL) to include")
+    plan.add_argument("--json", action="store_true", help="print JSON")
+    plan.set_defaults(handler=run_plan)
+
+
+def run_info(args: argparse.Namespace) -> int:
+    info = load_info(args.model)
+    settings = LoadSettings(model_path=Path(args.model), n_ctx=_default_ctx(info))
+    plan = plan_memory(info, settings, list_devices())
+    kernels = native_status()
+    if args.json:
+        print(json.dumps({"model": info.to_dict(), "plan": plan.to_dict(),
+                          "sampling_kernels": kernels}, indent=2))
+    else:
+        print(format_info(info))
+        print()
+        print(format_plan(plan, settings))
+        print(f"  sampling and verify: {kernels}")
+    return 0
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    info = load_info(args.model)
+    draft = load_info(args.draft) if args.draft else None
+    settings = LoadSettings(model_path=Path(args.model), n_ctx=args.ctx, type_k=args.kv_k,
+                            type_v=args.kv_v, gpu_layers=args.gpu_layers, n_ubatch=args.ubatch,
+                            n_batch=max(512, args.ubatch), n_parallel=args.parallel,
+                            flash_attn=args.flash_attn)
+    plan = plan_memory(info, settings, list_devices(), draft)
+    if args.json:
+        print(json.dumps(plan.to_dict(), indent=2))
+    else:
+        print(format_plan(plan, settings))
+    return 1 if plan.verdict == "wont_fit" else 0
+
+
+def load_info(model: str) -> ModelInfo:
+    if model.startswith(("http://", "https://")):
+        return read_remote_model_info(model)
+    return read_model_info(Path(model))
+
+
+def format_info(info: ModelInfo) -> str:
+    kv_heads = sorted(set(info.n_head_kv))
+    heads = f"{info.n_head} heads ({'/'.join(map(str, kv_heads))} KV heads of {info.key_length})"
+    lines = [
+        ("name", info.name),
+        ("architecture", f"{info.architecture}, {info.block_count} layers, {info.n_embd} wide, "
+                         f"{heads}"),
+        ("parameters", f"{_count(info.n_params)}, {info.quant} "
+                       f"({info.bits_per_weight:.2f} bits per weight)"),
+        ("tensors", f"{info.tensor_bytes / MIB:,.1f} MiB"
+                    + (f" in {info.split_count} files" if info.split_count > 1 else "")),
+        ("context", f"{info.n_ctx_train:,} tokens trained"),
+        ("vocabulary", f"{info.n_vocab:,} tokens ({info.tokenizer_model or '?'}"
+                       f"/{info.tokenizer_pre or '-'}), BOS {info.bos_id}, EOS {info.eos_id}"),
+        ("chat template", f"yes ({len(info.chat_template):,} characters)"
+                          if info.chat_template else "none (a fallback will be used)"),
+    ]
+    if info.n_expert:
+        lines.append(("experts", f"{info.n_expert} ({info.n_expert_used} used per token)"))
+    if info.kv_lora_rank is not None:
+        lines.append(("MLA", f"kv_lora_rank {info.kv_lora_rank} + {info.rope_dims} rope dims"))
+    if info.sliding_window:
+        lines.append(("sliding window", f"{info.sliding_window:,} tokens on "
+                                        f"{sum(info.swa_layers)} of {info.block_count} layers"))
+    width = max(len(k) for k, _ in lines)
+    return "\n".join([info.path_or_url] + [f"  {k:<{width}}  {v}" for k, v in lines])
+
+
+def format_plan(plan: MemoryPlan, settings: LoadSettings) -> str:
+    layers = "auto" if settings.gpu_layers is None else str(settings.gpu_layers)
+    out = [f"plan: context {plan.n_ctx:,}, K {settings.type_k}, V {settings.type_v}, "
+           f"GPU layers {layers}, flash attention {'on' if plan.flash_attn else 'off'}",
+           f"  {plan.describe()}",
+           f"  KV cache {plan.kv_bytes_per_token:,} bytes per token",
+           f"  {'device':<10}{'weights':>10}{'KV':>10}{'compute':>10}{'total':>10}{'free':>11}"]
+    for d in plan.devices:
+        out.append(f"  {d.id:<10}{d.weights / MIB:>10,.0f}{d.kv / MIB:>10,.0f}"
+                   f"{d.compute / MIB:>10,.0f}{d.total / MIB:>10,.0f}{d.free_bytes / MIB:>11,.0f}"
+                   + ("" if d.fits else "  (does not fit)"))
+    out.append("  (MiB)")
+    if plan.verdict == "wont_fit" and plan.recommended_gpu_layers:
+        out.append(f"  fits with --gpu-layers {plan.recommended_gpu_layers}")
+    out += [f"  note: {n}" for n in plan.notes]
+    return "\n".join(out)
+
+
+def _default_ctx(info: ModelInfo) -> int:
+    return min(4096, info.n_ctx_train) if info.n_ctx_train >= 16 else 4096
+
+
+def _count(n: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return str(n)

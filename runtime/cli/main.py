@@ -1,0 +1,79 @@
+"""The `outrider` command. With no subcommand it opens the desktop app.
+
+Each feature area registers its own subcommands from a small module (`cli_<area>.py`), so
+this file stays a table of contents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from runtime.errors import OutriderError
+
+# Modules that each define `register(subparsers)`; their handlers return an exit code.
+COMMAND_MODULES = (
+    "runtime.cli.info",  # info, plan
+    "runtime.cli.run",  # run, chat
+    "runtime.cli.hub",  # search, show, pull, ls, rm
+    "runtime.cli.serve",  # serve
+    "runtime.cli.draft",  # draft make
+    "runtime.cli.quality",  # quantize, eval, bench
+    "runtime.cli.desktop",  # install-desktop-entry
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="outrider", description=__doc__.splitlines()[0])
+    parser.add_argument("--self-test", action="store_true",
+                        help="offscreen: load the default model, generate, open and close the window")
+    parser.add_argument("--model", metavar="PATH", help="open the app with this GGUF loaded")
+    parser.add_argument("--no-model", action="store_true", help="open the app without loading a model")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # an area not built yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def _open_app(argv: list[str]) -> int:
+    # Imported by name so `runtime` carries no static dependency on the Qt app.
+    app_main = importlib.import_module("app.main")
+    return int(app_main.main(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    if args.version:
+        from runtime import __version__
+
+        print(f"outrider {__version__}")
+        return 0
+    if args.command is None:
+        app_args = ["--self-test"] if args.self_test else []
+        if args.model:
+            app_args += ["--model", args.model]
+        if args.no_model:
+            app_args.append("--no-model")
+        return _open_app(app_args)
+    try:
+        return int(args.handler(args))
+    except OutriderError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

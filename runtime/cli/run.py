@@ -1,0 +1,253 @@
+"""`outrider run` and `outrider chat`: generate in the terminal and say how fast it went.
+
+    $ outrider run default -p "What is the capital of France?"
+    The capital of France is Paris.
+
+    TTFT 0.21 s · prefill 176.2 tok/s · decode 61.8 tok/s · 8 tokens (stop)
+
+With a draft (`--draft DRAFT.gguf` or `--draft ngram`) the reply is decoded speculatively
+(lossless: the same distribution as without) and the statistics add drafted and accepted
+tokens, the acceptance rate, tokens per target step, k, and predicted vs measured speedup.
+
+The reply streams to stdout; load notes and the statistics go to stderr, so
+`outrider run … > answer.txt` keeps only the answer. `MODEL` is a .gguf path or `default`
+(the default model, fetched on first use). By default the prompt goes through the model's
+chat template as one user message after a plain system message (`--system` changes it);
+`--raw` sends the prompt as is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, TextIO
+
+from runtime.engine.engine import Engine, RequestHandle
+from runtime.errors import OutriderError, SettingsError
+from runtime.events import (
+    ChatMessage,
+    ErrorEvent,
+    Finished,
+    GenerationRequest,
+    SamplingParams,
+    StepStats,
+    TokenEvent,
+)
+from runtime.settings.load import KV_CACHE_TYPES, DraftSettings, LoadSettings
+
+# Small instruct models answer far better with a plain system message than with the
+# persona their template inserts when there is none (SmolLM2-135M: "Paris" vs. nonsense).
+DEFAULT_SYSTEM = "You are a helpful assistant."
+
+
+def register(subparsers: Any) -> None:
+    run = subparsers.add_parser("run", help="generate a reply to one prompt, then print speed",
+                                description=__doc__)
+    _model_args(run)
+    run.add_argument("-p", "--prompt", required=True, help="the prompt")
+    run.add_argument("--raw", action="store_true", help="no chat template: send the prompt as is")
+    run.add_argument("--system", default=DEFAULT_SYSTEM,
+                     help=f"system message (default {DEFAULT_SYSTEM!r}; '' = the template's own)")
+    run.set_defaults(handler=_run)
+
+    chat = subparsers.add_parser("chat", help="talk with a model in the terminal (/reset, /exit)")
+    _model_args(chat)
+    chat.add_argument("--system", default=DEFAULT_SYSTEM,
+                      help=f"system message (default {DEFAULT_SYSTEM!r}; '' = the template's own)")
+    chat.set_defaults(handler=_chat)
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="a .gguf file, or 'default' for the default model")
+    p.add_argument("--max-tokens", type=int, default=512, help="most tokens to generate (512)")
+    p.add_argument("--temp", type=float, default=0.8, help="temperature; 0 = greedy (0.8)")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (random if unset)")
+    p.add_argument("--ctx", type=int, default=4096, help="context length in tokens (4096)")
+    kv = sorted(KV_CACHE_TYPES)
+    p.add_argument("--kv-k", default="f16", choices=kv, metavar="TYPE", help="K cache type (f16)")
+    p.add_argument("--kv-v", default="f16", choices=kv, metavar="TYPE",
+                   help="V cache type (f16); a quantized V turns flash attention on")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (one per physical core)")
+    p.add_argument("--gpu-layers", type=int, default=None, help="layers on the GPU (auto)")
+    p.add_argument("--draft", default=None, metavar="DRAFT|ngram",
+                   help="speculative decoding: a draft .gguf sharing the vocabulary, or 'ngram' "
+                        "(prompt lookup)")
+    p.add_argument("--draft-k", default="auto", metavar="auto|N",
+                   help="draft length: adaptive (auto, the default) or a fixed N")
+    p.add_argument("--verifier", default="leviathan", choices=["leviathan", "greedy_match"],
+                   help="acceptance rule: leviathan (min(1, p/q), the default) or greedy_match "
+                        "(llama.cpp's)")
+
+
+def _model_path(name: str) -> Path:
+    if name == "default":
+        from runtime.library.default_model import default_model_path
+
+        return default_model_path()
+    return Path(name).expanduser()
+
+
+def _settings(args: argparse.Namespace) -> LoadSettings:
+    return LoadSettings(model_path=_model_path(args.model), n_ctx=args.ctx, type_k=args.kv_k,
+                        type_v=args.kv_v, n_threads=args.threads, gpu_layers=args.gpu_layers,
+                        draft=_draft(args))
+
+
+def _draft(args: argparse.Namespace) -> DraftSettings:
+    if args.draft is None:
+        return DraftSettings()
+    k_text = str(args.draft_k).strip().lower()
+    if k_text == "auto":
+        k = None
+    elif k_text.isdigit():
+        k = int(k_text)
+    else:
+        raise SettingsError(f"--draft-k must be auto or a number, not {args.draft_k!r}")
+    if args.draft == "ngram":
+        return DraftSettings(kind="ngram", k=k, verifier=args.verifier)
+    return DraftSettings(kind="model", model_path=_model_path(args.draft), k=k,
+                         verifier=args.verifier)
+
+
+def _engine(args: argparse.Namespace) -> Engine:
+    if args.draft is None:
+        return Engine()
+    from runtime.speculative.speculation import Speculation
+
+    return Engine(speculation=Speculation())
+
+
+def _sampling(args: argparse.Namespace) -> SamplingParams:
+    return SamplingParams(temperature=args.temp, max_tokens=args.max_tokens, seed=args.seed)
+
+
+def _load(engine: Engine, args: argparse.Namespace, err: TextIO) -> None:
+    info = engine.load(_settings(args))
+    draft = f", draft {info.draft}" if info.draft else ""
+    print(f"{info.name}: {info.architecture}, {info.quant}, context {info.n_ctx}{draft}",
+          file=err)
+    for note in info.notes:
+        print(f"note: {note}", file=err)
+
+
+def _stream(handle: RequestHandle, out: TextIO, err: TextIO) -> tuple[str, Finished]:
+    """Print the reply as it comes; return its text and its Finished event."""
+    parts: list[str] = []
+    step: StepStats | None = None
+    try:
+        for event in handle.events():
+            if isinstance(event, TokenEvent) and event.text:
+                parts.append(event.text)
+                out.write(event.text)
+                out.flush()
+            elif isinstance(event, StepStats):
+                step = event
+            elif isinstance(event, ErrorEvent):
+                raise _RequestFailed(event.message)
+            elif isinstance(event, Finished):
+                out.write("\n")
+                out.flush()
+                print(_stats_line(event), file=err)
+                if event.speculative is not None:
+                    print(_spec_line(event, step), file=err)
+                return "".join(parts), event
+    except KeyboardInterrupt:
+        handle.cancel()
+        for _ in handle.events(timeout=10):  # drain to the cancelled Finished
+            pass
+        raise
+    raise _RequestFailed("the engine ended the reply without finishing it")
+
+
+class _RequestFailed(OutriderError):
+    pass
+
+
+def _stats_line(done: Finished) -> str:
+    t = done.timings
+    u = done.usage
+    cached = f", {u.cached_tokens} cached" if u.cached_tokens else ""
+    return (f"\nTTFT {t.ttft_s:.2f} s · prefill {t.prefill_tokens_per_s:.1f} tok/s · "
+            f"decode {t.decode_tokens_per_s:.1f} tok/s · {u.completion_tokens} tokens "
+            f"({done.reason}) · prompt {u.prompt_tokens} tokens{cached}")
+
+
+def _spec_line(done: Finished, step: StepStats | None) -> str:
+    """drafted 120 · accepted 96 (80.0%) · 2.9 tokens per target step · k 4 · speedup
+    predicted 1.62× / measured 1.48×"""
+    spec = done.speculative
+    assert spec is not None
+    k = f" · k {step.k}" if step is not None and step.k else ""
+    predicted = f"{step.predicted_speedup:.2f}×" if step is not None and step.k else "n/a"
+    measured = f"{spec.measured_speedup:.2f}×" if spec.measured_speedup > 0 else "n/a"
+    line = (f"drafted {spec.drafted} · accepted {spec.accepted} ({spec.acceptance_rate:.1%}) · "
+            f"{spec.mean_accepted_length:.2f} tokens per target step{k} · speedup predicted "
+            f"{predicted} / measured {measured}")
+    if step is not None and step.drafting_off_reason:
+        line += f"\n{step.drafting_off_reason}"
+    return line
+
+
+def _run(args: argparse.Namespace) -> int:
+    out, err = sys.stdout, sys.stderr
+    engine = _engine(args)
+    try:
+        _load(engine, args, err)
+        if args.raw:
+            request = GenerationRequest(prompt=args.prompt, sampling=_sampling(args))
+        else:
+            messages = [ChatMessage("system", args.system)] if args.system else []
+            messages.append(ChatMessage("user", args.prompt))
+            request = GenerationRequest(messages=tuple(messages), sampling=_sampling(args))
+        _stream(engine.submit(request), out, err)
+        return 0
+    finally:
+        engine.stop()
+
+
+def _chat(args: argparse.Namespace, lines: Iterable[str] | None = None) -> int:
+    out, err = sys.stdout, sys.stderr
+    engine = _engine(args)
+    system = [ChatMessage("system", args.system)] if args.system else []
+    history: list[ChatMessage] = []
+    try:
+        _load(engine, args, err)
+        print("Type a message; /reset forgets the conversation, /exit (or Ctrl-D) leaves.", file=err)
+        for line in lines if lines is not None else _input_lines(out):
+            text = line.strip()
+            if not text:
+                continue
+            if text in ("/exit", "/quit"):
+                break
+            if text == "/reset":
+                history.clear()
+                print("(conversation cleared)", file=err)
+                continue
+            history.append(ChatMessage("user", text))
+            request = GenerationRequest(messages=tuple(system + history), sampling=_sampling(args),
+                                        truncate_middle=True)
+            try:
+                reply, _ = _stream(engine.submit(request), out, err)
+            except KeyboardInterrupt:
+                history.pop()
+                print("\n(stopped)", file=err)
+                continue
+            except _RequestFailed as exc:  # e.g. the template refused: say so, keep chatting
+                history.pop()
+                print(f"error: {exc}", file=err)
+                continue
+            history.append(ChatMessage("assistant", reply))
+        return 0
+    finally:
+        engine.stop()
+
+
+def _input_lines(out: TextIO) -> Iterable[str]:
+    while True:
+        try:
+            yield input(">>> ")
+        except EOFError:
+            out.write("\n")
+            return

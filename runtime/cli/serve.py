@@ -1,0 +1,109 @@
+"""`outrider serve`: the OpenAI-compatible server (and the desktop app's engine process).
+
+    outrider serve                                   # 127.0.0.1:1234, no model yet
+    outrider serve model.gguf --ctx 8192 --parallel 8 --kv-k q8_0 --kv-v q8_0
+    outrider serve --host 0.0.0.0 --api-key KEY      # other machines: a key is required
+    outrider serve --port 0 --parent-pid 4242        # as the app's engine: any free port
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from runtime.errors import ModelNotFound, SettingsError
+from runtime.settings.load import DraftSettings, LoadSettings
+
+# Load flags that only mean something with a MODEL given at start.
+_MODEL_FLAGS = ("ctx", "kv_k", "kv_v", "gpu_layers", "flash_attn", "threads", "draft", "draft_k")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("serve", help="run the OpenAI-compatible local server",
+                                   description=__doc__.splitlines()[0])
+    parser.add_argument("model", nargs="?", metavar="MODEL", help="GGUF file to load at start")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1; others need --api-key)")
+    parser.add_argument("--port", type=int, default=1234, help="port (0 = any free port)")
+    parser.add_argument("--api-key", default=os.environ.get("OUTRIDER_API_KEY"),
+                        help="require 'Authorization: Bearer KEY' (default $OUTRIDER_API_KEY)")
+    parser.add_argument("--parent-pid", type=int, help="exit when this process dies")
+    parser.add_argument("--parallel", type=int, default=4,
+                        help="sequences decoded together (slots; default 4)")
+    parser.add_argument("--ctx", type=int, help="context length in tokens (default 4096)")
+    parser.add_argument("--kv-k", help="K cache type (f16, q8_0, q4_0, ...)")
+    parser.add_argument("--kv-v", help="V cache type")
+    parser.add_argument("--gpu-layers", help="layers on the GPU, or 'auto'")
+    parser.add_argument("--flash-attn", choices=("auto", "on", "off"))
+    parser.add_argument("--threads", type=int, help="CPU threads")
+    parser.add_argument("--draft", help="draft model file, or 'ngram' for prompt lookup")
+    parser.add_argument("--draft-k", type=int, help="draft length (default adaptive)")
+    parser.add_argument("--models-dir", type=Path,
+                        help="the library /api/load may load from (default: the user's)")
+    parser.add_argument("--allow-any-path", action="store_true",
+                        help="let /api/load open models outside the library")
+    parser.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                        help="allow browser pages from ORIGIN (repeatable; default none)")
+    parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    parser.add_argument("--max-tokens", type=int, default=8192,
+                        help="largest max_tokens a request may ask for")
+    parser.add_argument("--log-level", default="info",
+                        choices=("critical", "error", "warning", "info", "debug"))
+    parser.set_defaults(handler=run)
+
+
+def load_settings_from_args(args: argparse.Namespace) -> LoadSettings | None:
+    """The start-up model's settings, or None without MODEL (then load flags are an error)."""
+    if args.model is None:
+        given = [f"--{name.replace('_', '-')}" for name in _MODEL_FLAGS
+                 if getattr(args, name) is not None]
+        if given:
+            raise SettingsError(f"{', '.join(given)} apply to a MODEL given at start; "
+                                "POST /api/load takes its own settings")
+        return None
+    path = Path(args.model).expanduser().resolve()
+    if not path.is_file():
+        raise ModelNotFound(f"no model file at {path}")
+    gpu_layers: int | None = None
+    if args.gpu_layers not in (None, "auto"):
+        try:
+            gpu_layers = int(args.gpu_layers)
+        except ValueError:
+            raise SettingsError(
+                f"--gpu-layers takes a number or 'auto', not {args.gpu_layers!r}") from None
+    draft = DraftSettings()
+    if args.draft == "ngram":
+        draft = DraftSettings(kind="ngram", k=args.draft_k)
+    elif args.draft is not None:
+        draft = DraftSettings(kind="model", model_path=Path(args.draft).expanduser().resolve(),
+                              k=args.draft_k)
+    elif args.draft_k is not None:
+        raise SettingsError("--draft-k needs --draft")
+    values: dict[str, Any] = {"model_path": path, "n_parallel": args.parallel,
+                              "gpu_layers": gpu_layers, "draft": draft}
+    for flag, field in (("ctx", "n_ctx"), ("kv_k", "type_k"), ("kv_v", "type_v"),
+                        ("flash_attn", "flash_attn"), ("threads", "n_threads")):
+        if getattr(args, flag) is not None:
+            values[field] = getattr(args, flag)
+    return LoadSettings(**values)
+
+
+def run(args: argparse.Namespace) -> int:
+    # Imported here so `outrider --help` does not pay for FastAPI and uvicorn.
+    from runtime.paths import user_dirs
+    from runtime.server.serve import ServeOptions, serve
+    from runtime.server.state import ServerLimits
+
+    if args.max_body_bytes < 1024 or args.max_tokens < 1:
+        raise SettingsError("--max-body-bytes must be at least 1024 and --max-tokens at least 1")
+    options = ServeOptions(
+        models_dir=args.models_dir or user_dirs().models, host=args.host, port=args.port,
+        api_key=args.api_key or None, parent_pid=args.parent_pid,
+        model=load_settings_from_args(args), cors_origins=tuple(args.cors_origin),
+        allow_any_path=args.allow_any_path,
+        limits=ServerLimits(max_body_bytes=args.max_body_bytes, max_tokens=args.max_tokens,
+                            default_max_tokens=min(2048, args.max_tokens)),
+        log_level=args.log_level)
+    return serve(options)

@@ -1,0 +1,628 @@
+"""Downloads that never lose a byte: a persistent queue of Hub files, fetched N at a time.
+
+    manager = DownloadManager(hub, on_event=print, max_concurrent=2)
+    manager.start()
+    job = manager.enqueue("Qwen/Qwen2.5-0.5B-Instruct-GGUF", "qwen2.5-0.5b-instruct-q8_0.gguf")
+    manager.pause(job.id); manager.resume(job.id)        # any time, from any thread
+    [done] = manager.wait([job.id])
+    done.path   # models/Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q8_0.gguf
+
+How one file is fetched, resumed, verified and placed in the library: runtime.downloads.file.
+
+Jobs live in `downloads/queue.json`, which every Outrider process shares
+(runtime.downloads.queue), so the queue survives a crash or restart: a job that was running
+comes back queued and resumes from its partial file. Events (`DownloadProgress`,
+`DownloadStateChanged`, `DownloadNotice`) are delivered from worker threads to `on_event`; the
+Qt app wraps them into signals.
+
+Two ways to start. `start()` runs the whole queue (the app), and takes in the jobs other
+processes add to the file later: every `watch_interval` seconds it compares the file's stamp,
+reads the file when it changed, and announces each new job (`DownloadStateChanged`). A job
+another process queued is that process's to start: it is shown queued, then running elsewhere
+once that process holds its lock (below), and taken up here only as any job running elsewhere
+is (its owner stops before the end), or when the user asks this process for it (enqueue,
+resume, retry). `start(only=ids)` runs those jobs alone (`outrider pull X`: X's files); the
+other queued jobs stay on file for the app, and no new job is taken in.
+
+One job, one downloader. Two processes may hold the same job (the app queued it, then
+`outrider pull` loaded the queue), but only the one holding the job's lock
+(`downloads/<job>.part.lock`: an OS lock the worker takes without waiting and holds until the
+job is done, failed, paused or cancelled) touches its partial file. The other leaves the job
+to it and shows it as `state="running", elsewhere=True`; every `watch_interval` seconds it
+reads the job's record in the queue file and the partial's size (progress events, the end),
+and it takes the job up itself when the lock comes free with the job unfinished: its owner
+was shut down, or died (the kernel drops a dead process's lock), and the partial resumes.
+
+    app:   worker takes a1b2.part.lock, writes a1b2.part
+    pull:  cannot take a1b2.part.lock -> a1b2 running elsewhere; watches it
+    app:   saves "done", then releases the lock   -> pull shows a1b2 done
+      or:  is killed                              -> pull resumes a1b2.part itself
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import filelock
+import httpx
+
+from runtime.downloads.file import FileDownload
+from runtime.downloads.queue import ACTIVE, SETTLED, DownloadJob, JobState, QueueFile, RetryPolicy
+from runtime.downloads.transfer import Rate, StopFlag, Stopped
+from runtime.errors import DownloadError, DownloadRunningElsewhere, OutriderError
+from runtime.hub.client import Hub
+
+# The manager's face, the queue module's DownloadJob and RetryPolicy included.
+__all__ = ["DownloadEvent", "DownloadJob", "DownloadManager", "DownloadNotice",
+           "DownloadProgress", "DownloadStateChanged", "EventSink", "JobState", "RetryPolicy"]
+
+
+@dataclass(frozen=True)
+class DownloadProgress:
+    job_id: str
+    filename: str
+    received: int
+    total: int | None
+    rate: float  # bytes per second over the last few seconds
+    eta_s: float | None
+
+
+@dataclass(frozen=True)
+class DownloadStateChanged:
+    job: DownloadJob
+
+
+@dataclass(frozen=True)
+class DownloadNotice:
+    """Something the user should be told that is not a failure (a retry, an upstream change)."""
+
+    job_id: str
+    message: str
+
+
+DownloadEvent = DownloadProgress | DownloadStateChanged | DownloadNotice
+EventSink = Callable[[DownloadEvent], None]
+
+
+class DownloadManager:
+    """The queue and its worker threads. Every public method is thread-safe and returns at once
+    (except `wait` and `shutdown`). A change waits for the queue file's lock: milliseconds,
+    unless another process hangs holding it — then `DownloadError` after `queue_lock_timeout` s.
+    Jobs other processes add or download are followed every `watch_interval` s (module doc)."""
+
+    def __init__(self, hub: Hub, *, models_dir: Path | None = None,
+                 downloads_dir: Path | None = None, max_concurrent: int = 2,
+                 retry: RetryPolicy | None = None, on_event: EventSink | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 disk_usage: Callable[[Path], Any] = shutil.disk_usage,
+                 progress_interval: float = 0.25, reserve_bytes: int = 64 << 20,
+                 queue_lock_timeout: float = 30.0, watch_interval: float = 0.5) -> None:
+        from runtime.paths import user_dirs
+
+        if max_concurrent < 1:
+            raise DownloadError(f"concurrent downloads must be at least 1, not {max_concurrent}")
+        dirs = user_dirs()
+        self._hub = hub
+        self.models_dir = models_dir or dirs.models
+        self.downloads_dir = downloads_dir or dirs.downloads
+        self.max_concurrent = max_concurrent
+        self.retry_policy = retry or RetryPolicy()
+        self._on_event = on_event
+        self._clock = clock
+        self._disk_usage = disk_usage
+        self._progress_interval = progress_interval
+        self._reserve = reserve_bytes
+        self.watch_interval = watch_interval
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._queue_file = QueueFile(self.downloads_dir / "queue.json", queue_lock_timeout)
+        self._jobs: dict[str, DownloadJob] = {}
+        for job in self._queue_file.load():
+            # A job that was running when the process died resumes from its partial file.
+            self._jobs[job.id] = dataclasses.replace(job, state="queued") if job.state == "running" else job
+        self._controls: dict[str, StopFlag] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        self._watcher: threading.Thread | None = None  # follows the queue file (module doc)
+        self._watch_stop = threading.Event()
+        self._started = False
+        self._only: frozenset[str] | None = None  # start(only=...): the jobs it may start
+        self._foreign: set[str] = set()  # queued by another process, for it to start
+        self._client = self._new_client()
+
+    def __repr__(self) -> str:
+        return f"DownloadManager(hub={self._hub!r}, jobs={len(self._jobs)})"
+
+    # -- the queue -----------------------------------------------------------------------------
+
+    def _new_client(self) -> httpx.Client:
+        # The read timeout is the stall detector: no byte for this long ends the attempt.
+        return httpx.Client(follow_redirects=True, timeout=httpx.Timeout(
+            self.retry_policy.stall_timeout, connect=self.retry_policy.connect_timeout))
+
+    def start(self, only: Iterable[str] | None = None) -> None:
+        """Begin (or continue) fetching queued jobs, including those found from a previous run,
+        and take in the jobs other processes add. With `only`: fetch those jobs alone, leave
+        the other queued jobs as they are, and take in nothing (`outrider pull`)."""
+        with self._lock:
+            if self._client.is_closed:  # started again after a shutdown
+                self._client = self._new_client()
+            self._started = True
+            self._only = None if only is None else frozenset(only)
+            self._watch_stop.clear()
+            self._start_watcher()
+        self._pump()
+
+    def enqueue(self, repo_id: str, filename: str, revision: str = "main", *,
+                size: int | None = None, sha256: str | None = None,
+                group: str | None = None) -> DownloadJob:
+        """Add a file (or return the job already fetching it, or already done with it)."""
+        with self._lock:
+            for job in self._jobs.values():
+                if (job.repo_id, job.filename, job.revision) != (repo_id, filename, revision):
+                    continue
+                if job.state == "done" and job.path and Path(job.path).is_file():
+                    return job
+                if job.state in ("queued", "running", "paused"):
+                    self._claim(job.id)  # asked for here: started here if it waits
+                    self._pump()
+                    return job
+                if job.state == "failed":
+                    self.retry(job.id)
+                    return self._jobs[job.id]
+            new = DownloadJob(id=uuid.uuid4().hex[:12], repo_id=repo_id, filename=filename,
+                              revision=revision, size=size, sha256=sha256, group=group,
+                              added=time.time())
+            # On file first (when the queue file stays locked, nothing was added), and joining
+            # the job of another process that queued this file after this one read the queue.
+            job = self._queue_file.add(new, lambda j: j.state in ACTIVE and (
+                j.repo_id, j.filename, j.revision) == (repo_id, filename, revision))
+            if job.state == "running":  # its worker, if alive, holds the job's lock
+                job = dataclasses.replace(job, state="queued")
+            self._jobs[job.id] = job
+        self._emit(DownloadStateChanged(job))
+        self._pump()
+        return job
+
+    def jobs(self) -> list[DownloadJob]:
+        """All jobs, oldest first, with `received` read from their partial files now."""
+        with self._lock:
+            return [self._live(j) for j in sorted(self._jobs.values(), key=lambda j: j.added)]
+
+    def job(self, job_id: str) -> DownloadJob:
+        with self._lock:
+            if job_id not in self._jobs:
+                raise DownloadError(f"no download with id {job_id}")
+            return self._live(self._jobs[job_id])
+
+    def _live(self, job: DownloadJob) -> DownloadJob:
+        if job.state == "done":
+            return job
+        try:
+            return dataclasses.replace(job, received=self._partial(job.id).stat().st_size)
+        except OSError:
+            return dataclasses.replace(job, received=0)
+
+    def pause(self, job_id: str) -> None:
+        self._stop_or_set(job_id, "pause", "paused", from_states=("queued", "running"))
+
+    def resume(self, job_id: str) -> None:
+        if self.job(job_id).state == "paused":
+            self._claim(job_id)
+            self._set(job_id, state="queued")
+            self._pump()
+
+    def cancel(self, job_id: str) -> None:
+        """Stop and forget the bytes: the partial file is deleted (by the worker, when one of
+        this process's runs it; here otherwise, unless another process is writing it)."""
+        states = ("queued", "running", "paused", "failed")
+        with self._lock:
+            if self.job(job_id).state not in states:
+                return
+            if job_id in self._controls:
+                self._stop_or_set(job_id, "cancel", "cancelled", from_states=states)
+                return
+            with self._owning(job_id, "cancel"):
+                self._stop_or_set(job_id, "cancel", "cancelled", from_states=states)
+                self._partial(job_id).unlink(missing_ok=True)
+
+    def retry(self, job_id: str) -> None:
+        """Queue a failed or cancelled job again (after a token was set, space freed ...)."""
+        if self.job(job_id).state in ("failed", "cancelled"):
+            self._claim(job_id)
+            self._set(job_id, state="queued", error=None, error_kind=None)
+            self._pump()
+
+    def remove(self, job_id: str) -> None:
+        """Forget a finished, failed or cancelled job (unless another process took it up again)."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or job.state not in ("done", "failed", "cancelled"):
+                return
+            # Our own worker may still be winding down (it no longer touches the bytes).
+            owning = contextlib.nullcontext() if job_id in self._controls else self._owning(
+                job_id, "remove")
+            with owning:
+                self._queue_file.update(removed=[job_id])
+                del self._jobs[job_id]
+                self._partial(job_id).unlink(missing_ok=True)
+                self._lock_path(job_id).unlink(missing_ok=True)
+
+    def set_token(self, token: str | None) -> None:
+        """Use this token from the next request on (a gated repo asked for one)."""
+        with self._lock:
+            self._hub = self._hub.with_token(token)
+
+    def wait(self, job_ids: Iterable[str] | None = None,
+             timeout: float | None = None) -> list[DownloadJob]:
+        """Block until the jobs are done, failed, cancelled or paused; returns them."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            ids = list(job_ids) if job_ids is not None else list(self._jobs)
+            while any(self._jobs[i].state not in SETTLED for i in ids):
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._changed.wait(remaining)
+            return [self._jobs[i] for i in ids]
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Stop the workers; running jobs stay queued (their partials resume next start)."""
+        with self._lock:
+            self._started = False
+            for control in self._controls.values():
+                control.stop("shutdown")
+            self._watch_stop.set()
+            threads = list(self._threads.values())
+            if self._watcher is not None:
+                threads.append(self._watcher)
+        for t in threads:
+            t.join(timeout)
+        self._client.close()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _partial(self, job_id: str) -> Path:
+        return self.downloads_dir / f"{job_id}.part"
+
+    def _lock_path(self, job_id: str) -> Path:
+        return self.downloads_dir / f"{job_id}.part.lock"
+
+    def _job_lock(self, job_id: str) -> filelock.BaseFileLock:
+        """The job's cross-process lock; whoever holds it is the one process downloading it.
+        timeout=0: a held lock is an answer (another process has it), never a wait. Different
+        FileLock objects conflict within one process too (flock is per open file)."""
+        self.downloads_dir.mkdir(parents=True, exist_ok=True)
+        return filelock.FileLock(self._lock_path(job_id), timeout=0)
+
+    def _held_elsewhere(self, job_id: str) -> bool:
+        """Whether another process holds the job's lock now (asked by taking it for a moment)."""
+        lock = self._job_lock(job_id)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            return True
+        lock.release()
+        return False
+
+    @contextlib.contextmanager
+    def _owning(self, job_id: str, action: str) -> Iterator[None]:
+        """Hold the job's lock for a change to its bytes (call with `self._lock` held, so no
+        worker of ours starts meanwhile). Another process holding it: the job is shown running
+        elsewhere and `DownloadRunningElsewhere` says so."""
+        lock = self._job_lock(job_id)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            if self._jobs[job_id].state != "running":
+                self._put(dataclasses.replace(self._jobs[job_id], state="running",
+                                              elsewhere=True))
+                self._start_watcher()
+            raise self._elsewhere_error(job_id, action) from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _elsewhere_error(self, job_id: str, action: str) -> DownloadRunningElsewhere:
+        return DownloadRunningElsewhere(
+            f"{self._jobs[job_id].filename} is being downloaded by another Outrider process "
+            f"(the app or `outrider pull`); {action} it there, or wait for it to finish")
+
+    def _save(self, job: DownloadJob) -> None:
+        """Write this one job to the shared queue file (other processes' jobs stay)."""
+        self._queue_file.update([job])
+
+    def _emit(self, event: DownloadEvent) -> None:
+        if self._on_event is None:
+            return
+        with contextlib.suppress(Exception):  # a broken listener must not break a download
+            self._on_event(event)
+
+    def _set(self, job_id: str, **changes: Any) -> DownloadJob:
+        """Change a job in memory at once, then on file. When the queue file stays locked the
+        change still stands (and is announced), then the `DownloadError` is raised."""
+        unsaved: DownloadError | None = None
+        with self._lock:
+            old = self._jobs[job_id]
+            job = dataclasses.replace(old, **changes)
+            self._jobs[job_id] = job
+            self._changed.notify_all()
+            try:
+                self._save(job)
+            except DownloadError as exc:
+                unsaved = exc
+        if job.state != old.state or "error" in changes:
+            self._emit(DownloadStateChanged(job))
+        if unsaved is not None:
+            raise unsaved
+        return job
+
+    def _settle(self, job_id: str, **changes: Any) -> None:
+        """`_set` for what a worker records: the outcome stands in memory even when the queue
+        file stays locked (the file keeps the job's last saved state, which a restart resumes)."""
+        with contextlib.suppress(DownloadError):
+            self._set(job_id, **changes)
+
+    def _put(self, job: DownloadJob) -> None:
+        """Change a job in memory only (what this process learned of another's work)."""
+        with self._lock:
+            old = self._jobs.get(job.id)
+            self._jobs[job.id] = job
+            self._changed.notify_all()
+        if old is None or (old.state, old.elsewhere) != (job.state, job.elsewhere):
+            self._emit(DownloadStateChanged(job))
+
+    def _stop_or_set(self, job_id: str, reason: Literal["pause", "cancel"], state: JobState,
+                     from_states: tuple[str, ...]) -> None:
+        with self._lock:
+            job = self.job(job_id)
+            if job.state not in from_states:
+                return
+            if job.elsewhere:
+                raise self._elsewhere_error(job_id, reason)
+            control = self._controls.get(job_id)
+            if control is not None:
+                control.stop(reason)
+        # The state is the user's decision at once; the worker winds down in the background.
+        self._set(job_id, state=state)
+
+    def _claim(self, job_id: str) -> None:
+        """The user asked this process for the job: it may start it, whoever queued it."""
+        with self._lock:
+            self._foreign.discard(job_id)
+
+    def _pump(self) -> None:
+        """Start workers for queued jobs while slots are free (oldest first), except other
+        processes' and, started for `only` some, the rest. A job turns "running" once its
+        worker holds the job's lock (`_begin`)."""
+        with self._lock:
+            if not self._started:
+                return
+            for job in sorted(self._jobs.values(), key=lambda j: j.added):
+                if len(self._controls) >= self.max_concurrent:
+                    break
+                if job.state != "queued" or job.id in self._controls or job.id in self._foreign:
+                    continue
+                if self._only is not None and job.id not in self._only:
+                    continue
+                control = StopFlag()
+                self._controls[job.id] = control
+                thread = threading.Thread(target=self._work, args=(job.id, control),
+                                          name=f"download-{job.id}", daemon=True)
+                self._threads[job.id] = thread
+                thread.start()
+
+    def _work(self, job_id: str, control: StopFlag) -> None:
+        """A worker: take the job's lock, or leave the job to the process that holds it."""
+        try:
+            lock = self._job_lock(job_id)
+            lock.acquire()
+        except filelock.Timeout:
+            self._leave_to_other_process(job_id)
+        except OSError as exc:  # a downloads folder we cannot write
+            self._settle(job_id, state="failed", error_kind="DownloadError",
+                         error=f"cannot lock {self._lock_path(job_id)}: {exc}")
+            self._free_slot(job_id)
+        else:
+            try:
+                self._run(job_id, control)
+            finally:
+                # Released after the outcome is saved, so a process that takes the lock next
+                # reads it; and before the slot is freed, so our next worker for it can take it.
+                lock.release()
+                self._free_slot(job_id)
+        self._pump()
+
+    def _free_slot(self, job_id: str) -> None:
+        with self._lock:
+            self._controls.pop(job_id, None)
+            self._threads.pop(job_id, None)
+            self._changed.notify_all()
+
+    def _leave_to_other_process(self, job_id: str) -> None:
+        """Another process holds the job's lock: show the job running there, and follow it."""
+        with self._lock:
+            self._controls.pop(job_id, None)
+            self._threads.pop(job_id, None)
+            if self._jobs[job_id].state == "queued":  # not paused or cancelled here meanwhile
+                self._put(dataclasses.replace(self._jobs[job_id], state="running", elsewhere=True))
+                self._start_watcher()
+            self._changed.notify_all()
+
+    def _run(self, job_id: str, control: StopFlag) -> None:
+        """Download a job whose lock this process holds, and record the outcome."""
+        try:
+            if not self._begin(job_id, control):
+                return
+            path = self._download(job_id, control)
+        except Stopped:
+            self._settle_stopped(job_id)
+        except OutriderError as exc:
+            if control.stopped:  # failed while stopping: the stop is what the user asked for
+                self._settle_stopped(job_id)
+            else:
+                self._settle(job_id, state="failed", error_kind=type(exc).__name__, error=str(exc))
+        except Exception as exc:  # a bug: fail the job visibly rather than hang it
+            self._settle(job_id, state="failed", error_kind="DownloadFailed",
+                         error=f"unexpected error: {type(exc).__name__}: {exc}")
+        else:
+            # Finished as a pause or cancel arrived: the verified file is in the library anyway.
+            self._settle(job_id, state="done", path=str(path), error=None, error_kind=None)
+
+    def _begin(self, job_id: str, control: StopFlag) -> bool:
+        """Mark the job running, as the queue file has it now: another process may have
+        downloaded part of it since this one read the queue (its etag must come along, or the
+        partial would be thrown away), or finished, paused or cancelled it (then: False)."""
+        try:
+            record = self._queue_file.get(job_id)
+        except DownloadError:
+            record = None  # the queue file stays locked: go on with what we know
+        with self._lock:  # a pause or cancel now either comes first or sees "running"
+            control.check()
+            if self._jobs[job_id].state != "queued":
+                return False
+            if record is not None and record.state in SETTLED:
+                self._put(record)
+                return False
+            learned = {} if record is None else {
+                "etag": record.etag, "commit": record.commit, "sha256": record.sha256,
+                "size": record.size}
+            self._settle(job_id, state="running", **learned)
+        return True
+
+    # -- jobs of other processes ---------------------------------------------------------------
+
+    def _start_watcher(self) -> None:
+        """Start following the queue file, if not yet (with `self._lock` held): while started
+        for the whole queue; started for `only` some, while one of them runs elsewhere."""
+        if not self._started or self._watcher is not None:
+            return
+        if self._only is not None and not self._followed():
+            return
+        self._watcher = threading.Thread(target=self._watch, name="download-watcher", daemon=True)
+        self._watcher.start()
+
+    def _followed(self) -> list[str]:
+        """Jobs looked at each round: running elsewhere, or queued there and not started yet."""
+        return [j.id for j in self._jobs.values()
+                if j.elsewhere or (j.state == "queued" and j.id in self._foreign)]
+
+    def _watch(self) -> None:
+        """Every `watch_interval` s: read the queue file when it changed (or while jobs are
+        followed), take in new jobs, follow the others' jobs. Stops at shutdown or, started for
+        `only` some, when none of them runs elsewhere."""
+        rates: dict[str, Rate] = {}
+        seen: tuple[int, int, int] | None = None  # the stamp of the file last read
+        try:
+            while not self._watch_stop.wait(self.watch_interval):
+                with self._lock:
+                    ids = self._followed()
+                    if self._only is not None and not ids:
+                        return
+                stamp = self._queue_file.stamp()
+                if not ids and stamp == seen:
+                    continue
+                try:
+                    on_file = self._read_queue()
+                except DownloadError:
+                    continue  # the queue file is busy: look again next time
+                seen = stamp
+                for job_id in ids:
+                    self._follow(job_id, on_file.get(job_id),
+                                 rates.setdefault(job_id, Rate(self._clock)))
+                self._pump()  # jobs taken up, in free slots
+        finally:
+            with self._lock:
+                self._watcher = None
+                self._start_watcher()  # a job went elsewhere as this one was leaving
+
+    def _read_queue(self) -> dict[str, DownloadJob]:
+        """The queue file's jobs by id, after taking in those other processes added (unless
+        started for `only` some)."""
+        on_file = {j.id: j for j in self._queue_file.load()}
+        with self._lock:
+            if self._only is not None or on_file.keys() <= self._jobs.keys():
+                return on_file
+            # Read again under our lock: a job this process removed meanwhile stays removed.
+            on_file = {j.id: j for j in self._queue_file.load()}
+            for record in on_file.values():
+                if record.id not in self._jobs:
+                    self._take_in(record)
+        return on_file
+
+    def _take_in(self, record: DownloadJob) -> None:
+        """Show a job another process added (with `self._lock` held), as it stands: settled;
+        running there (its lock held); running on file with its lock free (its process died):
+        queued here, to resume, as at start; queued there: that process's to start."""
+        if record.state in SETTLED:
+            self._put(record)
+        elif self._held_elsewhere(record.id):
+            self._put(dataclasses.replace(record, state="running", elsewhere=True))
+        elif record.state == "running":
+            self._put(dataclasses.replace(record, state="queued"))
+        else:
+            self._foreign.add(record.id)
+            self._put(record)
+
+    def _follow(self, job_id: str, record: DownloadJob | None, rate: Rate) -> None:
+        """One look at a job another process downloads, or queued and has not started.
+
+        Its record settled (done, failed, paused, cancelled there): show that. Its lock held:
+        show it running there, with progress from the partial file's size. Its lock free with
+        the job unfinished after it ran there (the owner shut down or died): queue it here, to
+        resume from the partial; one only queued there stays for that process to start."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            foreign = job_id in self._foreign
+        if job is None or not (job.elsewhere or foreign):
+            return
+        if record is not None and record.state in SETTLED:
+            self._put(record)
+            return
+        known = record or job
+        held = self._held_elsewhere(job_id)
+        if not held and not job.elsewhere and known.state != "running":
+            return  # still waiting for its process to start it
+        with self._lock:
+            if job_id in self._controls:  # the user asked this process for it meanwhile
+                return
+            self._foreign.discard(job_id)  # it ran there: from now on, like any job elsewhere
+            job = dataclasses.replace(known, state="running" if held else "queued", elsewhere=held)
+            self._put(job)  # what the owner learned (size, etag): no event while the state stays
+        if not held:
+            return
+        received = self._live(job).received
+        bps = rate.add(received)
+        eta = (job.size - received) / bps if job.size is not None and bps > 0 else None
+        self._emit(DownloadProgress(job_id, job.filename, received, job.size, bps, eta))
+
+    def _settle_stopped(self, job_id: str) -> None:
+        # pause() and cancel() already set the state; a shutdown leaves the job queued.
+        state = self.job(job_id).state
+        if state == "cancelled":
+            self._partial(job_id).unlink(missing_ok=True)
+        elif state == "running":
+            self._settle(job_id, state="queued")
+
+    def _download(self, job_id: str, control: StopFlag) -> Path:
+        """Fetch a job's file into the library (runtime.downloads.file)."""
+        job = self.job(job_id)
+        return FileDownload(
+            job, self._partial(job_id), hub=lambda: self._hub, client=self._client,
+            policy=self.retry_policy, models_dir=self.models_dir,
+            downloads_dir=self.downloads_dir, disk_usage=self._disk_usage,
+            reserve_bytes=self._reserve, clock=self._clock,
+            progress_interval=self._progress_interval,
+            record=lambda **changes: self._set(job_id, **changes),
+            notice=lambda message: self._emit(DownloadNotice(job_id, message)),
+            progress=lambda *p: self._emit(DownloadProgress(job_id, job.filename, *p)),
+        ).run(control)

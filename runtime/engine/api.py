@@ -1,0 +1,110 @@
+"""The engine's face: what the server, the CLI and tests call. `runtime.engine.engine.Engine`
+implements it; one engine thread owns every llama.cpp object behind it.
+
+    engine = Engine()
+    engine.start()
+    loaded = engine.load(LoadSettings(model_path=path), on_progress=print)  # blocks
+    handle = engine.submit(GenerationRequest(messages=(ChatMessage("user", "Hi"),)))
+    for event in handle.events():          # TokenEvent / StepStats / Finished / ErrorEvent
+        ...
+    handle.cancel()                         # any time; frees the sequence's cells at once
+    engine.stop()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from runtime.events import Event, GenerationRequest
+from runtime.settings.load import LoadSettings
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What a successful load reports."""
+
+    path: Path
+    name: str  # file stem, the OpenAI model id
+    architecture: str
+    n_params: int
+    size_bytes: int
+    quant: str  # e.g. "Q4_1"
+    n_ctx: int
+    n_ctx_train: int
+    n_vocab: int
+    settings: LoadSettings
+    chat_template_source: Literal["model", "fallback"]
+    flash_attn: bool  # as actually used
+    notes: tuple[str, ...] = ()  # things said out loud ("flash attention on for quantized V")
+    allocated: dict[str, int] = field(default_factory=dict)  # llama.cpp's buffers, from its log
+    draft: str | None = None  # draft model name, "ngram", or None
+    draft_refused: str | None = None  # why a requested draft model was refused
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    state: Literal["empty", "loading", "ready"]
+    model: LoadedModel | None
+    active_sequences: int
+    waiting_sequences: int
+    kv_cells_used: int
+    kv_cells_total: int
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """Rolling rates over the last few seconds, for the live panels and /api/metrics."""
+
+    decode_tokens_per_s: float
+    prefill_tokens_per_s: float
+    acceptance_rate: float | None
+    mean_accepted_length: float | None
+    draft_k: int | None
+    drafting_off_reason: str | None
+    kv_cells_used: int
+    kv_cells_total: int
+    active_sequences: int
+    waiting_sequences: int
+
+
+class RequestHandle(Protocol):
+    id: str
+
+    def events(self, timeout: float | None = None) -> Iterator[Event]:
+        """Blocking iterator; ends after the last `Finished` (all n) or an `ErrorEvent`."""
+        ...
+
+    def get(self, timeout: float | None = None) -> Event | None:
+        """Next event, or None on timeout (for async callers polling from a thread)."""
+        ...
+
+    def cancel(self) -> None: ...
+
+
+class EngineAPI(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def load(self, settings: LoadSettings,
+             on_progress: Callable[[float], None] | None = None) -> LoadedModel:
+        """Blocks until loaded; raises a typed OutriderError. Replaces any loaded model."""
+        ...
+
+    def unload(self) -> None: ...
+
+    def submit(self, request: GenerationRequest) -> RequestHandle:
+        """Queue a request; raises NoModelLoaded. Errors of the request itself (context
+        overflow ...) arrive as an ErrorEvent on the handle."""
+        ...
+
+    def status(self) -> EngineStatus: ...
+
+    def metrics(self) -> EngineMetrics: ...
+
+    def render_chat(self, messages: Any) -> str:
+        """The prompt text the loaded model's chat template makes of `messages`."""
+        ...

@@ -1,0 +1,420 @@
+"""The engine: one thread owns every llama.cpp object; everything else talks to it by queue.
+
+Callers (the CLI, the HTTP server, tests) call `Engine` methods from any thread. Each call
+becomes a command on the engine's inbox; generation results come back on the request's own
+queue (`RequestHandle`). Between commands the thread runs `Scheduler.step()` — one batched
+decode for every active sequence — for as long as there is work.
+
+    engine = Engine()
+    engine.start()
+    engine.load(LoadSettings(model_path=path))
+    handle = engine.submit(GenerationRequest(prompt="Once upon a time",
+                                             sampling=SamplingParams(temperature=0)))
+    text = "".join(e.text for e in handle.events() if isinstance(e, TokenEvent))
+    engine.stop()
+
+A request that fails (context overflow, a template refusing the messages, a bad token id)
+gets an `ErrorEvent` and the thread carries on; an unexpected exception inside a step fails
+the requests in flight, clears the cache and carries on too.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.engine.api import EngineMetrics, EngineStatus, LoadedModel
+from runtime.engine.chat_template import ChatTemplate
+from runtime.engine.prompt import PreparedPrompt, prepare_prompt
+from runtime.engine.scheduler import Scheduler, StepReport
+from runtime.engine.sequence import Sequence
+from runtime.engine.stops import StopMatcher
+from runtime.errors import NoModelLoaded, OutriderError, SettingsError
+from runtime.events import ChatMessage, ErrorEvent, Event, Finished, GenerationRequest
+from runtime.llama.binding import Batch, LlamaContext, LlamaModel, supports_gpu_offload
+from runtime.llama.params import to_llama_params
+from runtime.sampling.sampler import Sampler
+from runtime.settings.load import LoadSettings
+from runtime.speculative.api import SpecSetup, Speculation
+
+logger = logging.getLogger("outrider.engine")
+
+_METRICS_WINDOW_S = 5.0
+_IDLE_AFTER_S = 1.0  # no step for this long (and twice the last step): the rates read 0
+
+
+class RequestHandle:
+    """The caller's end of one request: its events, in order, and a cancel button."""
+
+    def __init__(self, request_id: str, n: int, cancel: Callable[[str], None]) -> None:
+        self.id = request_id
+        self._n = n
+        self._queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self._cancel = cancel
+        self._finished = 0
+        self._ended = False
+
+    def _put(self, event: Event) -> None:  # engine thread
+        self._queue.put(event)
+
+    @property
+    def ended(self) -> bool:
+        """All events were read (every Finished, or the ErrorEvent)."""
+        return self._ended
+
+    def get(self, timeout: float | None = None) -> Event | None:
+        """Next event; None on timeout or once the stream has ended."""
+        if self._ended:
+            return None
+        try:
+            event = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if isinstance(event, Finished):
+            self._finished += 1
+            self._ended = self._finished >= self._n
+        elif isinstance(event, ErrorEvent):
+            self._ended = True
+        return event
+
+    def events(self, timeout: float | None = None) -> Iterator[Event]:
+        """Events until the last Finished or an ErrorEvent. `timeout` bounds each wait and
+        raises TimeoutError when it passes."""
+        while not self._ended:
+            event = self.get(timeout)
+            if event is None:
+                if self._ended:
+                    return
+                raise TimeoutError(f"no event from request {self.id} within {timeout} s")
+            yield event
+
+    def cancel(self) -> None:
+        self._cancel(self.id)
+
+
+@dataclass
+class _Loaded:
+    model: LlamaModel
+    ctx: LlamaContext
+    info: LoadedModel
+    template: ChatTemplate
+    scheduler: Scheduler
+    spec: SpecSetup | None
+
+
+@dataclass(frozen=True)
+class _Command:
+    kind: str  # load | unload | submit | cancel | stop
+    payload: Any = None
+    future: concurrent.futures.Future[Any] | None = None
+
+
+class Engine:
+    """Implements `runtime.engine.api.EngineAPI`.
+
+    Collaborators are passed in: `speculation` sets up drafting per load (None: plain
+    decoding), `plan_gpu_layers` answers "auto" GPU layers (None: CPU only, said in notes).
+    `on_progress` of `load` is called on the engine thread.
+    """
+
+    def __init__(self, *, speculation: Speculation | None = None,
+                 plan_gpu_layers: Callable[[LoadSettings], int | None] | None = None) -> None:
+        self._speculation = speculation
+        self._plan_gpu_layers = plan_gpu_layers
+        self._inbox: queue.SimpleQueue[_Command] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._loaded: _Loaded | None = None
+        self._state = "empty"
+        self._info: LoadedModel | None = None
+        self._template: ChatTemplate | None = None
+        self._handles: dict[str, RequestHandle] = {}
+        self._steps: deque[tuple[float, StepReport, int | None]] = deque()
+        self._steps_lock = threading.Lock()  # written by the engine thread, read by metrics()
+        self._counts = (0, 0, 0, 0)  # active, waiting, cells used, cells total
+        self._off_reason: str | None = None  # why a running sequence's drafting is off
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._thread = threading.Thread(target=self._run, name="outrider-engine", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Cancel everything, free llama.cpp's objects and join the thread."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._inbox.put(_Command("stop", future=future))
+        thread.join()
+        self._thread = None
+
+    def load(self, settings: LoadSettings,
+             on_progress: Callable[[float], None] | None = None) -> LoadedModel:
+        self.start()
+        future: concurrent.futures.Future[LoadedModel] = concurrent.futures.Future()
+        self._inbox.put(_Command("load", (settings, on_progress), future))
+        return future.result()
+
+    def unload(self) -> None:
+        self.start()
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._inbox.put(_Command("unload", future=future))
+        future.result()
+
+    def submit(self, request: GenerationRequest) -> RequestHandle:
+        if self._state != "ready":
+            raise NoModelLoaded("no model is loaded; load one first")
+        handle = RequestHandle(request.id, request.n, self._cancel)
+        self._inbox.put(_Command("submit", (request, handle)))
+        return handle
+
+    def _cancel(self, request_id: str) -> None:
+        self._inbox.put(_Command("cancel", request_id))
+
+    # ---- snapshots (any thread) ------------------------------------------------------------------
+
+    def status(self) -> EngineStatus:
+        active, waiting, used, total = self._counts
+        state = self._state
+        return EngineStatus(state=state, model=self._info if state == "ready" else None,  # type: ignore[arg-type]
+                            active_sequences=active, waiting_sequences=waiting,
+                            kv_cells_used=used, kv_cells_total=total)
+
+    def metrics(self) -> EngineMetrics:
+        """Rates over the busy time of the last `_METRICS_WINDOW_S` seconds; 0 once the engine
+        has been idle for a moment (more than `_IDLE_AFTER_S` and twice its last step): a
+        window of old steps, emptying from its oldest end, would otherwise drift up or down
+        while nothing runs."""
+        now = time.perf_counter()
+        with self._steps_lock:
+            steps = [s for s in self._steps if now - s[0] <= _METRICS_WINDOW_S]
+        idle = bool(steps) and now - steps[-1][0] > max(_IDLE_AFTER_S, 2 * steps[-1][1].seconds)
+        rate_steps = [] if idle else steps
+        busy_decode = sum(r.seconds for _, r, _ in rate_steps if r.decoded)
+        busy_prefill = sum(r.seconds for _, r, _ in rate_steps if r.prefilled)
+        decoded = sum(r.decoded for _, r, _ in rate_steps)
+        prefilled = sum(r.prefilled for _, r, _ in rate_steps)
+        drafted = sum(r.drafted for _, r, _ in steps)
+        accepted = sum(r.accepted for _, r, _ in steps)
+        rounds = sum(1 for _, r, _ in steps if r.drafted)
+        last_k = next((k for _, _, k in reversed(steps) if k), None)
+        active, waiting, used, total = self._counts
+        return EngineMetrics(
+            decode_tokens_per_s=decoded / busy_decode if busy_decode > 0 else 0.0,
+            prefill_tokens_per_s=prefilled / busy_prefill if busy_prefill > 0 else 0.0,
+            acceptance_rate=accepted / drafted if drafted else None,
+            mean_accepted_length=(accepted + rounds) / rounds if rounds else None,
+            draft_k=last_k, drafting_off_reason=self._off_reason,
+            kv_cells_used=used, kv_cells_total=total,
+            active_sequences=active, waiting_sequences=waiting)
+
+    def render_chat(self, messages: Any) -> str:
+        template = self._template
+        if template is None:
+            raise NoModelLoaded("no model is loaded; load one first")
+        return template.render(messages)
+
+    @property
+    def loaded(self) -> LoadedModel | None:
+        return self._info if self._state == "ready" else None
+
+    # ---- the engine thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            busy = self._loaded is not None and self._loaded.scheduler.has_work()
+            try:
+                command = self._inbox.get(block=not busy)
+            except queue.Empty:
+                command = None
+            while command is not None:
+                if command.kind == "stop":
+                    self._unload_now()
+                    if command.future is not None:
+                        command.future.set_result(None)
+                    return
+                self._handle(command)
+                try:
+                    command = self._inbox.get_nowait()
+                except queue.Empty:
+                    command = None
+            if self._loaded is not None and self._loaded.scheduler.has_work():
+                self._step(self._loaded)
+
+    def _handle(self, command: _Command) -> None:
+        future = command.future
+        try:
+            if command.kind == "load":
+                settings, on_progress = command.payload
+                result: Any = self._load_now(settings, on_progress)
+            elif command.kind == "unload":
+                self._unload_now()
+                result = None
+            elif command.kind == "submit":
+                self._submit_now(*command.payload)
+                result = None
+            elif command.kind == "cancel":
+                if self._loaded is not None:
+                    self._loaded.scheduler.cancel(command.payload)
+                    self._update_counts(self._loaded)
+                result = None
+            else:
+                raise ValueError(f"unknown engine command {command.kind!r}")
+        except BaseException as exc:  # delivered to the caller, never kills the thread
+            if future is not None:
+                future.set_exception(exc)
+            else:
+                logger.exception("engine command %s failed", command.kind)
+            return
+        if future is not None:
+            future.set_result(result)
+
+    def _step(self, loaded: _Loaded) -> None:
+        try:
+            report = loaded.scheduler.step()
+        except Exception as exc:  # a bug or a llama.cpp surprise: fail the work, keep serving
+            logger.exception("engine step failed")
+            sched = loaded.scheduler
+            message = f"the engine failed: {exc}" if str(exc) else f"the engine failed: {type(exc).__name__}"
+            kind = type(exc).__name__ if isinstance(exc, OutriderError) else "EngineError"
+            for request_id in {s.request_id for s in sched.running + list(sched.waiting)}:
+                sched.fail(request_id, kind, message)
+            loaded.ctx.clear()
+            sched.kv.clear()
+            report = StepReport(0, 0, 0.0)
+        if report.decoded or report.prefilled:
+            now = time.perf_counter()
+            with self._steps_lock:
+                self._steps.append((now, report, report.drafted or None))
+                while self._steps and now - self._steps[0][0] > _METRICS_WINDOW_S:
+                    self._steps.popleft()
+        self._update_counts(loaded)
+
+    def _update_counts(self, loaded: _Loaded) -> None:
+        sched = loaded.scheduler
+        self._counts = (len(sched.running), len(sched.waiting), sched.kv.used, sched.kv.n_cells)
+        self._off_reason = next((s.drafter.off_reason for s in sched.running
+                                 if s.drafter is not None and s.drafter.off_reason), None)
+
+    def _emit(self, seq: Sequence, event: Event) -> None:
+        handle = self._handles.get(seq.request_id)
+        if handle is None:
+            return
+        handle._put(event)
+        if isinstance(event, ErrorEvent) or (
+                isinstance(event, Finished) and self._all_finished(seq.request_id)):
+            del self._handles[seq.request_id]
+
+    def _all_finished(self, request_id: str) -> bool:
+        loaded = self._loaded
+        if loaded is None:
+            return True
+        sched = loaded.scheduler
+        return not any(s.request_id == request_id for s in sched.running + list(sched.waiting))
+
+    # ---- commands ----------------------------------------------------------------------------------
+
+    def _load_now(self, settings: LoadSettings,
+                  on_progress: Callable[[float], None] | None) -> LoadedModel:
+        from runtime.engine.loader import load_model  # keeps this module about the thread
+
+        self._unload_now()
+        self._state = "loading"
+        try:
+            if self._plan_gpu_layers is not None:
+                plan = self._plan_gpu_layers(settings)
+            else:
+                plan = None if supports_gpu_offload() else 0  # CPU build: nothing to decide
+            params = to_llama_params(settings, plan)
+            result = load_model(settings, params, on_progress, self._speculation)
+        except BaseException:
+            self._state = "empty"
+            raise
+        scheduler = Scheduler(
+            result.ctx, result.model, Batch(result.ctx.n_batch), emit=self._emit,
+            budget=result.ctx.n_batch,
+            verifier=result.spec.verifier if result.spec else None,
+            k_max=result.spec.k_max if result.spec else 0)
+        self._loaded = _Loaded(result.model, result.ctx, result.info, result.template,
+                               scheduler, result.spec)
+        self._info, self._template = result.info, result.template
+        self._update_counts(self._loaded)
+        self._state = "ready"
+        return result.info
+
+    def _unload_now(self) -> None:
+        loaded = self._loaded
+        if loaded is None:
+            return
+        self._state = "empty"
+        loaded.scheduler.cancel_all()
+        for handle in list(self._handles.values()):  # requests not yet turned into sequences
+            handle._put(ErrorEvent(handle.id, "NoModelLoaded", "the model was unloaded"))
+        self._handles.clear()
+        if loaded.spec is not None:
+            loaded.spec.close()
+        loaded.ctx.close()
+        loaded.model.close()
+        self._loaded = None
+        self._info = None
+        self._template = None
+        self._counts = (0, 0, 0, 0)
+        self._off_reason = None
+
+    def _submit_now(self, request: GenerationRequest, handle: RequestHandle) -> None:
+        loaded = self._loaded
+        if loaded is None:
+            handle._put(ErrorEvent(request.id, "NoModelLoaded", "no model is loaded; load one first"))
+            return
+        try:
+            prepared = prepare_prompt(request, loaded.model, loaded.template, loaded.ctx.n_ctx)
+        except OutriderError as exc:
+            handle._put(ErrorEvent(request.id, type(exc).__name__, str(exc)))
+            return
+        self._handles[request.id] = handle
+        loaded.scheduler.add(self._sequences(request, prepared, loaded))
+        self._update_counts(loaded)
+
+    def _sequences(self, request: GenerationRequest, prepared: PreparedPrompt,
+                   loaded: _Loaded) -> list[Sequence]:
+        sampling = request.sampling
+        seqs: list[Sequence] = []
+        now = time.perf_counter()
+        for i in range(request.n):
+            seed = None if sampling.seed is None else sampling.seed + i
+            seq = Sequence(
+                request_id=request.id, index=i, tokens=list(prepared.tokens),
+                prompt_len=len(prepared.tokens), sampling=sampling,
+                sampler=Sampler(sampling, seed), arrival=now,
+                truncated_tokens=prepared.truncated_tokens,
+                leader=seqs[0] if seqs else None, stops=StopMatcher(sampling.stop))
+            if loaded.spec is not None:
+                seq.drafter = loaded.spec.drafter_for(seq)
+            seqs.append(seq)
+        return seqs
+
+
+def messages_of(data: Seq[ChatMessage | dict[str, str]]) -> tuple[ChatMessage, ...]:
+    """ChatMessages from dicts or ChatMessages (the CLI and tests use both)."""
+    out = []
+    for m in data:
+        if isinstance(m, ChatMessage):
+            out.append(m)
+        elif isinstance(m, dict) and "role" in m and "content" in m:
+            out.append(ChatMessage(m["role"], m["content"]))  # type: ignore[arg-type]
+        else:
+            raise SettingsError(f"a chat message needs a role and content, not {m!r}")
+    return tuple(out)

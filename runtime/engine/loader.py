@@ -1,0 +1,124 @@
+"""Loading a model for the engine: preflight, weights, context, chat template, drafting.
+
+Runs on the engine thread. Each stage fails with a typed error and frees what the earlier
+stages made, so a failed load leaves nothing behind and the engine can load again:
+
+    preflight (runtime.gguf.preflight: the file is a sane GGUF)   → ModelFileError subclasses
+    llama_model_load_from_file (with progress)                 → LoadError / UnsupportedArchitecture
+    llama_init_from_model (K/V types, flash attention, slots)  → LoadError with llama.cpp's reason
+    chat template (the model's, or ChatML said out loud)
+    speculation.attach (draft model / n-gram), optional
+
+What llama.cpp logged while loading gives `LoadedModel.allocated` (its buffer sizes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from runtime.engine.api import LoadedModel
+from runtime.engine.chat_template import ChatTemplate
+from runtime.errors import LoadError, OutriderError
+from runtime.gguf.preflight import check_gguf
+from runtime.llama.binding import LlamaContext, LlamaModel
+from runtime.llama.buffers import parse_buffer_sizes
+from runtime.llama.params import LlamaParams
+from runtime.settings.load import LoadSettings
+from runtime.speculative.api import SpecSetup, Speculation
+
+
+@dataclass
+class LoadResult:
+    model: LlamaModel
+    ctx: LlamaContext
+    info: LoadedModel
+    template: ChatTemplate
+    spec: SpecSetup | None
+
+
+def load_model(settings: LoadSettings, params: LlamaParams,
+               on_progress: Callable[[float], None] | None,
+               speculation: Speculation | None) -> LoadResult:
+    """Everything the engine needs for `settings`, or a typed error with nothing left open."""
+    path = settings.model_path
+    check_gguf(path)
+
+    def progress(fraction: float) -> bool:
+        if on_progress is not None:
+            on_progress(fraction)
+        return True
+
+    model = LlamaModel.load(path, params, on_progress=progress)
+    try:
+        ctx = LlamaContext(model, params)
+    except LoadError as exc:
+        model.close()
+        if settings.kv_quantized:
+            raise LoadError(f"{exc} — the K/V cache pair {settings.type_k}/{settings.type_v} "
+                            f"does not work with this model here; f16/f16 always does") from exc
+        raise
+    except BaseException:
+        model.close()
+        raise
+    try:
+        return _finish(settings, params, model, ctx, speculation)
+    except BaseException:
+        ctx.close()
+        model.close()
+        raise
+
+
+def _finish(settings: LoadSettings, params: LlamaParams, model: LlamaModel, ctx: LlamaContext,
+            speculation: Speculation | None) -> LoadResult:
+    notes = list(params.notes)
+    template = ChatTemplate.from_model(
+        model.chat_template(),
+        bos_token=model.token_text(model.bos) if model.bos >= 0 else "",
+        eos_token=model.token_text(model.eos) if model.eos >= 0 else "")
+    if template.note:
+        notes.append(template.note)
+    if ctx.n_ctx != settings.n_ctx:
+        notes.append(f"llama.cpp rounded the context from {settings.n_ctx} up to {ctx.n_ctx} "
+                     f"tokens (it allocates cells in blocks of 256)")
+    if ctx.n_ctx > model.n_ctx_train > 0:
+        notes.append(f"the context ({ctx.n_ctx}) is longer than the model was trained for "
+                     f"({model.n_ctx_train}); expect worse answers past that")
+
+    spec: SpecSetup | None = None
+    draft_refused: str | None = None
+    if settings.draft.kind != "none":
+        if speculation is None:
+            draft_refused = "speculative decoding is not available in this engine"
+        else:
+            try:
+                spec = speculation.attach(model, settings)
+            except OutriderError as exc:
+                draft_refused = str(exc)
+            if spec is not None:
+                draft_refused = spec.refused
+                notes.extend(spec.notes)
+    if draft_refused:
+        notes.append(f"drafting off: {draft_refused}")
+
+    info = LoadedModel(
+        path=settings.model_path,
+        name=settings.model_path.stem,
+        architecture=model.meta("general.architecture") or "?",
+        n_params=model.n_params,
+        size_bytes=model.size_bytes,
+        quant=model.quant(),
+        n_ctx=ctx.n_ctx,
+        n_ctx_train=model.n_ctx_train,
+        n_vocab=model.n_vocab,
+        settings=settings,
+        chat_template_source=template.source,
+        flash_attn=ctx.flash_attn_used(params.flash_attn),
+        notes=tuple(notes),
+        allocated=parse_buffer_sizes(model.load_log + ctx.init_log),
+        draft=spec.draft_name if spec is not None else None,
+        draft_refused=draft_refused,
+    )
+    if ctx.n_seq_max < settings.n_parallel:
+        raise LoadError(f"llama.cpp gave {ctx.n_seq_max} sequence slots, not {settings.n_parallel}")
+    return LoadResult(model, ctx, info, template, spec)

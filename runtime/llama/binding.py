@@ -1,0 +1,486 @@
+"""A thin wrapper over llama-cpp-python's low-level ctypes API (`llama_cpp.llama_cpp`).
+
+Only the engine thread calls into this module (DESIGN.md, "Inside the engine"). It does
+three things the raw binding does not: it owns and frees every pointer, it turns failures
+into typed errors with llama.cpp's own reason (taken from its log), and it keeps the
+per-token path free of allocations:
+
+- `Batch` is one reusable `llama_batch` whose arrays are numpy buffers, so a prompt chunk
+  is written with slice assignments and a decode step with four scalar stores;
+- `LlamaContext.logits` returns a zero-copy numpy view of llama.cpp's output buffer;
+- `LlamaModel.piece` caches each token's bytes, and `Utf8Stream` decodes them
+  incrementally, so a character split across tokens is emitted once it is complete.
+
+    model = LlamaModel.load(path, params, on_progress=lambda f: True)
+    ctx = LlamaContext(model, params)
+    batch = Batch(512)
+    last = batch.add_tokens(model.tokenize("Hello"), pos0=0, seq_id=0, logits_last=True)
+    ctx.decode(batch)                               # 0 = ok, 1 = no KV slot
+    next_token = int(ctx.logits(batch.n_outputs)[0].argmax())
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+
+import llama_cpp.llama_cpp as L
+import numpy as np
+
+from runtime.errors import LoadError, UnsupportedArchitecture
+from runtime.llama.params import LlamaParams
+
+logger = logging.getLogger("outrider.llama")
+
+# enum ggml_log_level
+_LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_LOG_CONT = 5
+
+
+class LlamaLog:
+    """Receives everything llama.cpp and ggml log (instead of their stderr spam).
+
+    Lines go to the `outrider.llama` logger at debug level (warnings and errors at their own
+    level), are kept in a short ring buffer (the reason of a failed load is usually the last
+    error line), and can be captured whole around a load (`capture()`), which is where
+    llama.cpp reports the buffers it allocated.
+    """
+
+    def __init__(self, keep: int = 200) -> None:
+        self._lock = threading.Lock()
+        self._recent: deque[tuple[int, str]] = deque(maxlen=keep)
+        self._captures: list[list[str]] = []
+        self._level = logging.DEBUG
+        self._partial = ""
+        # The C side keeps only a raw pointer: this object must outlive the registration.
+        self._callback = L.llama_log_callback(self._on_log)
+        L.llama_log_set(self._callback, ctypes.c_void_p(0))
+
+    def _on_log(self, level: int, text: bytes | None, _user: ctypes.c_void_p) -> None:
+        try:
+            chunk = (text or b"").decode("utf-8", errors="replace")
+            with self._lock:
+                if level != _LOG_CONT:
+                    self._level = _LOG_LEVELS.get(level, logging.DEBUG)
+                for buf in self._captures:
+                    buf.append(chunk)
+                self._partial += chunk
+                if "\n" not in self._partial:
+                    return
+                *lines, self._partial = self._partial.split("\n")
+                py_level = self._level
+                for line in lines:
+                    self._recent.append((py_level, line))
+            for line in lines:
+                if line.strip():
+                    # All of it at debug level: what matters reaches the user as a typed
+                    # error or a LoadedModel note, not as stderr noise.
+                    logger.debug("[%s] %s", logging.getLevelName(py_level), line)
+        except Exception:  # a callback must never raise into C
+            pass
+
+    @contextmanager
+    def capture(self) -> Iterator[list[str]]:
+        """Collect all log text while the block runs (joined: `"".join(buf)`)."""
+        buf: list[str] = []
+        with self._lock:
+            self._captures.append(buf)
+        try:
+            yield buf
+        finally:
+            with self._lock:
+                self._captures.remove(buf)
+
+    def last_errors(self, n: int = 3) -> list[str]:
+        """The most recent error/warning lines, oldest first."""
+        with self._lock:
+            lines = [text.strip() for level, text in self._recent
+                     if level >= logging.WARNING and text.strip()]
+        return lines[-n:]
+
+
+@cache
+def llama_log() -> LlamaLog:
+    """The process-wide log receiver. llama.cpp's log callback is itself process-global, so
+    one receiver per process is the honest shape; it is created on first use."""
+    L.llama_backend_init()
+    return LlamaLog()
+
+
+def _first_reason(captured: list[str]) -> str:
+    """The reason llama.cpp gave for a failure, from the text it logged meanwhile."""
+    lines = [ln.strip() for ln in "".join(captured).splitlines() if ln.strip()]
+    keywords = ("error", "failed", "unknown", "not supported", "does not", "requires",
+                "invalid", "cannot", "unsupported")
+    picked = [ln for ln in lines if any(k in ln.lower() for k in keywords)]
+    if not picked:
+        return lines[-1] if lines else "no reason given"
+    # "llama_init_from_model: V cache type ... does not divide ..." → drop the function name.
+    first = picked[0]
+    return first.split(": ", 1)[1] if ": " in first and " " not in first.split(": ", 1)[0] else first
+
+
+class LlamaModel:
+    """A loaded `llama_model` and its vocabulary."""
+
+    def __init__(self, ptr: int, path: Path) -> None:
+        self._ptr: int | None = ptr
+        self.path = path
+        self.vocab = L.llama_model_get_vocab(ptr)
+        self.n_vocab = int(L.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx_train = int(L.llama_model_n_ctx_train(ptr))
+        self.n_embd = int(L.llama_model_n_embd(ptr))
+        self.n_layer = int(L.llama_model_n_layer(ptr))
+        self.n_params = int(L.llama_model_n_params(ptr))
+        self.size_bytes = int(L.llama_model_size(ptr))
+        self.bos = int(L.llama_vocab_bos(self.vocab))
+        self.eos = int(L.llama_vocab_eos(self.vocab))
+        self.add_bos = bool(L.llama_vocab_get_add_bos(self.vocab))
+        # Cells can be shared and cut at any position only in a plain attention cache:
+        # recurrent state and sliding-window caches (cells outside the window get reused)
+        # cannot hand a prefix to another sequence.
+        self.shares_prefixes = not (L.llama_model_is_recurrent(ptr) or L.llama_model_is_hybrid(ptr)
+                                    or L.llama_model_n_swa(ptr) > 0)
+        self._pieces: list[bytes | None] = [None] * self.n_vocab
+        self._eog = np.array([bool(L.llama_vocab_is_eog(self.vocab, t)) for t in range(self.n_vocab)])
+        self._piece_buf = ctypes.create_string_buffer(256)
+        self.load_log = ""  # what llama.cpp logged while loading (buffer sizes, notes)
+
+    @classmethod
+    def load(cls, path: Path, params: LlamaParams,
+             on_progress: Callable[[float], bool] | None = None) -> LlamaModel:
+        """Load weights. `on_progress(fraction)` returning False aborts the load."""
+        log = llama_log()
+        mp = L.llama_model_default_params()
+        mp.n_gpu_layers = params.n_gpu_layers
+        mp.load_mode = params.load_mode
+
+        def progress(fraction: float, _user: ctypes.c_void_p) -> bool:
+            if on_progress is None:
+                return True
+            try:
+                return bool(on_progress(float(fraction)))
+            except Exception:  # a broken listener must not abort a load (or raise into C)
+                logger.exception("load progress listener failed")
+                return True
+
+        callback = L.llama_progress_callback(progress)  # kept alive until the call returns
+        mp.progress_callback = callback
+        with log.capture() as captured:
+            ptr = L.llama_model_load_from_file(str(path).encode("utf-8"), mp)
+        if not ptr:
+            reason = _first_reason(captured)
+            if "unknown model architecture" in reason:
+                raise UnsupportedArchitecture(f"{path.name}: llama.cpp does not know this "
+                                              f"architecture ({reason})")
+            raise LoadError(f"llama.cpp could not load {path.name}: {reason}")
+        model = cls(ptr, path)
+        model.load_log = "".join(captured)
+        return model
+
+    @property
+    def ptr(self) -> int:
+        if self._ptr is None:
+            raise LoadError("the model was freed")
+        return self._ptr
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            L.llama_model_free(self._ptr)
+            self._ptr = None
+
+    # ---- metadata -------------------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as text (arrays are not available this way)."""
+        size = 256
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = L.llama_model_meta_val_str(self.ptr, key.encode(), buf, size)
+            if n < 0:
+                return None
+            if n < size:
+                return buf.value.decode("utf-8", errors="replace")
+            size = n + 1
+
+    def chat_template(self) -> str | None:
+        raw = L.llama_model_chat_template(self.ptr, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    def description(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        L.llama_model_desc(self.ptr, buf, 256)
+        return buf.value.decode("utf-8", errors="replace")
+
+    def quant(self) -> str:
+        """The file type as llama.cpp names it ("Q4_1", "all F32", …)."""
+        raw = L.llama_ftype_name(L.llama_model_ftype(self.ptr))
+        return raw.decode("utf-8", errors="replace").removeprefix("(guessed) ") if raw else "?"
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's raw text of a token (as stored in the GGUF)."""
+        raw = L.llama_vocab_get_text(self.vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._eog[token])
+
+    # ---- text ↔ tokens --------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Tokens of `text`. `add_special` adds BOS where the model asks for it (never twice
+        when the text already starts with it); `parse_special` turns "<|im_start|>" into its
+        control token."""
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        while True:
+            buf = (L.llama_token * cap)()
+            n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+            if n >= 0:
+                break
+            if n == -(2**31):
+                raise LoadError("the text is too long to tokenize")
+            cap = -n
+        tokens = list(buf[:n])
+        if len(tokens) >= 2 and tokens[0] == tokens[1] == self.bos and add_special:
+            tokens = tokens[1:]  # a template that writes its own BOS text
+        return tokens
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a generated token stands for (control tokens: b""). Cached."""
+        cached = self._pieces[token]
+        if cached is not None:
+            return cached
+        buf = self._piece_buf
+        n = L.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = L.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        out = buf.raw[:n]
+        self._pieces[token] = out
+        return out
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        """Text of a whole token list (special tokens rendered when `special`)."""
+        if not tokens:
+            return ""
+        arr = (L.llama_token * len(tokens))(*tokens)
+        cap = len(tokens) * 8 + 16
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            n = L.llama_detokenize(self.vocab, arr, len(tokens), buf, cap, False, special)
+            if n >= 0:
+                return buf.raw[:n].decode("utf-8", errors="replace")
+            cap = -n
+
+
+class Utf8Stream:
+    """Token bytes in, complete characters out: a character split over two tokens comes
+    out whole with the second one.
+
+        >>> s = Utf8Stream()
+        >>> s.push("é".encode()[:1]), s.push("é".encode()[1:])
+        ('', 'é')
+    """
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, data: bytes) -> str:
+        return self._decoder.decode(data) if data else ""
+
+    def flush(self) -> str:
+        return self._decoder.decode(b"", final=True)
+
+
+class Batch:
+    """One reusable `llama_batch` backed by numpy arrays (no per-token allocation).
+
+    Every token belongs to exactly one sequence: sharing between sequences happens in the
+    cache (`seq_cp`), never by listing several seq ids on a token.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.n_seq_id = np.ones(capacity, dtype=np.int32)
+        self.seq_id = np.zeros((capacity, 1), dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        i32p = ctypes.POINTER(ctypes.c_int32)
+        base = self.seq_id.ctypes.data
+        self._seq_ptrs = (i32p * capacity)(*[ctypes.cast(base + 4 * i, i32p) for i in range(capacity)])
+        self.struct = L.llama_batch(
+            n_tokens=0,
+            token=self.token.ctypes.data_as(i32p),
+            embd=None,
+            pos=self.pos.ctypes.data_as(i32p),
+            n_seq_id=self.n_seq_id.ctypes.data_as(i32p),
+            seq_id=ctypes.cast(self._seq_ptrs, ctypes.POINTER(i32p)),
+            logits=self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
+        )
+        self.n_tokens = 0
+        self.n_outputs = 0
+
+    def clear(self) -> None:
+        self.n_tokens = 0
+        self.n_outputs = 0
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.n_tokens
+
+    def add(self, token: int, pos: int, seq_id: int, logits: bool) -> int:
+        """Append one token; returns its output row (or -1 when no logits are asked)."""
+        i = self.n_tokens
+        self.token[i] = token
+        self.pos[i] = pos
+        self.seq_id[i, 0] = seq_id
+        self.logits[i] = logits
+        self.n_tokens = i + 1
+        if logits:
+            self.n_outputs += 1
+            return self.n_outputs - 1
+        return -1
+
+    def add_tokens(self, tokens: Sequence[int], pos0: int, seq_id: int, logits_last: bool) -> int:
+        """Append a run of one sequence's tokens at positions pos0, pos0+1, …; returns the
+        output row of the last token (or -1)."""
+        n = len(tokens)
+        i = self.n_tokens
+        if n > self.capacity - i:
+            raise ValueError(f"batch overflow: {i} + {n} > {self.capacity}")
+        self.token[i:i + n] = tokens
+        self.pos[i:i + n] = np.arange(pos0, pos0 + n, dtype=np.int32)
+        self.seq_id[i:i + n, 0] = seq_id
+        self.logits[i:i + n] = 0
+        self.n_tokens = i + n
+        if logits_last and n:
+            self.logits[i + n - 1] = 1
+            self.n_outputs += 1
+            return self.n_outputs - 1
+        return -1
+
+    def add_tokens_all_logits(self, tokens: Sequence[int], pos0: int, seq_id: int) -> int:
+        """Append a run asking logits for every token (a draft to verify); returns the
+        output row of the first one (rows are consecutive)."""
+        n = len(tokens)
+        i = self.n_tokens
+        self.token[i:i + n] = tokens
+        self.pos[i:i + n] = np.arange(pos0, pos0 + n, dtype=np.int32)
+        self.seq_id[i:i + n, 0] = seq_id
+        self.logits[i:i + n] = 1
+        self.n_tokens = i + n
+        first = self.n_outputs
+        self.n_outputs += n
+        return first
+
+
+class LlamaContext:
+    """A `llama_context` with its KV memory: decode, logits, and the sequence operations."""
+
+    def __init__(self, model: LlamaModel, params: LlamaParams) -> None:
+        log = llama_log()
+        cp = L.llama_context_default_params()
+        cp.n_ctx = params.n_ctx
+        cp.n_batch = params.n_batch
+        cp.n_ubatch = params.n_ubatch
+        cp.n_seq_max = params.n_seq_max
+        cp.n_threads = params.n_threads
+        cp.n_threads_batch = params.n_threads_batch
+        cp.type_k = params.type_k
+        cp.type_v = params.type_v
+        cp.flash_attn_type = params.flash_attn
+        cp.kv_unified = params.kv_unified
+        cp.offload_kqv = params.offload_kqv
+        cp.no_perf = params.no_perf
+        with log.capture() as captured:
+            ptr = L.llama_init_from_model(model.ptr, cp)
+        self.init_log = "".join(captured)
+        if not ptr:
+            raise LoadError(f"llama.cpp could not create the context: {_first_reason(captured)}")
+        self._ptr: int | None = ptr
+        self.model = model
+        self.n_vocab = model.n_vocab
+        self.n_ctx = int(L.llama_n_ctx(ptr))
+        self.n_batch = int(L.llama_n_batch(ptr))
+        self.n_seq_max = int(L.llama_n_seq_max(ptr))
+        self.memory = L.llama_get_memory(ptr)
+        self._view_key: tuple[int, int] = (0, 0)
+        self._view: np.ndarray = np.zeros((0, self.n_vocab), dtype=np.float32)
+
+    @property
+    def ptr(self) -> int:
+        if self._ptr is None:
+            raise LoadError("the context was freed")
+        return self._ptr
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            L.llama_free(self._ptr)
+            self._ptr = None
+
+    def flash_attn_used(self, requested: int) -> bool:
+        """Whether flash attention ended up on: fixed when asked on/off, otherwise what
+        llama.cpp's auto probe logged ("Flash Attention enabled" / "... disabled")."""
+        if requested >= 0:
+            return requested == 1
+        text = self.init_log
+        return "Flash Attention enabled" in text or "flash_attn = enabled" in text
+
+    def decode(self, batch: Batch) -> int:
+        """Run the batch. 0 ok; 1 no free KV cells (nothing changed); 2 aborted; <0 error."""
+        batch.struct.n_tokens = batch.n_tokens
+        return int(L.llama_decode(self.ptr, batch.struct))
+
+    def logits(self, n_outputs: int) -> np.ndarray:
+        """Zero-copy (n_outputs, n_vocab) float32 view of the last decode's output rows, in
+        batch order. Valid until the next decode."""
+        ptr = L.llama_get_logits(self.ptr)
+        addr = ctypes.cast(ptr, ctypes.c_void_p).value or 0
+        if (addr, n_outputs) != self._view_key:
+            self._view = np.ctypeslib.as_array(ptr, shape=(n_outputs, self.n_vocab))
+            self._view_key = (addr, n_outputs)
+        return self._view
+
+    def logits_ith(self, i: int) -> np.ndarray:
+        """Zero-copy row for batch position `i` (llama_get_logits_ith)."""
+        ptr = L.llama_get_logits_ith(self.ptr, i)
+        if not ptr:
+            raise IndexError(f"no logits for batch position {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    # ---- KV memory --------------------------------------------------------------------------
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        """Forget positions [p0, p1) of a sequence (-1: open end). Cells shared with other
+        sequences stay for them."""
+        return bool(L.llama_memory_seq_rm(self.memory, seq_id, p0, p1))
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Let `dst` see `src`'s cells at positions [p0, p1) (shared, not copied: unified KV)."""
+        L.llama_memory_seq_cp(self.memory, src, dst, p0, p1)
+
+    def seq_keep(self, seq_id: int) -> None:
+        L.llama_memory_seq_keep(self.memory, seq_id)
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        return int(L.llama_memory_seq_pos_max(self.memory, seq_id))
+
+    def clear(self) -> None:
+        L.llama_memory_clear(self.memory, True)
+
+
+def supports_gpu_offload() -> bool:
+    return bool(L.llama_supports_gpu_offload())
+
+
+def system_info() -> str:
+    return bytes(L.llama_print_system_info()).decode("utf-8", errors="replace")

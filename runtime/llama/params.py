@@ -1,0 +1,147 @@
+"""Load settings → the values that go into llama.cpp's model and context parameters.
+
+One pure function, `to_llama_params`, decides every number llama.cpp is given, so what a
+setting does can be read (and tested) here instead of being scattered through the loader.
+It imports nothing from llama_cpp: the ggml type ids and enum values are copied below and
+checked against the binding by `tests/engine/test_llama.py`.
+
+    >>> p = to_llama_params(LoadSettings(model_path=Path("m.gguf"), type_v="q8_0"), cpu_count=4)
+    >>> p.type_v, p.flash_attn, p.n_threads
+    (8, 1, 4)
+    >>> p.notes
+    ('flash attention on: the quantized V cache (q8_0) needs it',)
+
+The context always gets `n_seq_max = n_parallel` slots over one *unified* KV cache: the
+scheduler batches sequences continuously and shares prefix cells between them with
+`llama_memory_seq_cp`, which only shares cells (instead of copying them) when every sequence
+lives in the same stream.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import psutil
+
+from runtime.settings.load import LoadSettings
+
+# ggml_type ids (ggml.h) of the KV cache types Outrider offers.
+GGML_TYPE_IDS: dict[str, int] = {
+    "f32": 0,
+    "f16": 1,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q5_0": 6,
+    "q5_1": 7,
+    "q8_0": 8,
+    "iq4_nl": 20,
+    "bf16": 30,
+}
+_UNQUANTIZED = ("f32", "f16", "bf16")
+
+# enum llama_flash_attn_type
+FLASH_ATTN_AUTO = -1
+FLASH_ATTN_OFF = 0
+FLASH_ATTN_ON = 1
+
+# enum llama_load_mode
+LOAD_MODE_NONE = 0
+LOAD_MODE_MMAP = 1
+
+
+@dataclass(frozen=True)
+class LlamaParams:
+    """Plain values for `llama_model_params` (first group) and `llama_context_params`."""
+
+    # llama_model_params
+    n_gpu_layers: int
+    load_mode: int
+    # llama_context_params
+    n_ctx: int
+    n_batch: int
+    n_ubatch: int
+    n_seq_max: int
+    n_threads: int
+    n_threads_batch: int
+    type_k: int
+    type_v: int
+    flash_attn: int
+    kv_unified: bool
+    offload_kqv: bool
+    no_perf: bool
+    notes: tuple[str, ...] = ()
+
+
+def default_threads(cpu_count: int | None = None) -> int:
+    """Threads for generation when the user chose none: one per *physical* core, at least 1.
+
+    This is llama.cpp's own default (common's `cpu_get_num_math` → physical cores, found
+    from the distinct thread-sibling sets). ggml splits each op's rows evenly between its
+    threads and waits for all of them at a barrier before the next op; two threads on
+    hyperthread siblings share one core's vector units, so each finishes its share late and
+    every other thread waits at the barrier. An 8-core, 16-thread CPU therefore gets 8, not
+    16. (On hybrid Intel CPUs llama.cpp also leaves out the efficiency cores; psutil cannot
+    tell them apart, so there every core counts.)
+
+    `cpu_count` replaces the detected number (tests). Without a physical count (psutil
+    returns None on some platforms and in some containers) the logical count is used.
+
+    >>> default_threads(cpu_count=4)
+    4
+    """
+    if cpu_count is None:
+        cpu_count = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    return max(1, cpu_count)
+
+
+def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, *,
+                    cpu_count: int | None = None) -> LlamaParams:
+    """The llama.cpp parameters for `settings`.
+
+    GPU layers: the user's number wins; with "auto" (None) the memory planner's
+    `plan_gpu_layers` is used, and without a plan the model stays on the CPU (said in notes).
+    A quantized V cache needs flash attention, so it is switched on (and said) even where the
+    user chose "auto" or "off". The batch is never larger than the context, the micro-batch
+    never larger than the batch.
+    """
+    notes: list[str] = []
+    if settings.gpu_layers is not None:
+        n_gpu_layers = settings.gpu_layers
+    elif plan_gpu_layers is not None:
+        n_gpu_layers = plan_gpu_layers
+    else:
+        n_gpu_layers = 0
+        notes.append("GPU layers: auto without a memory plan, so the model stays on the CPU")
+
+    flash = {"auto": FLASH_ATTN_AUTO, "on": FLASH_ATTN_ON, "off": FLASH_ATTN_OFF}[settings.flash_attn]
+    if settings.type_v not in _UNQUANTIZED:
+        if settings.flash_attn == "off":
+            notes.append(f"flash attention on although it was set off: the quantized V cache "
+                         f"({settings.type_v}) needs it")
+        elif settings.flash_attn == "auto":
+            notes.append(f"flash attention on: the quantized V cache ({settings.type_v}) needs it")
+        flash = FLASH_ATTN_ON
+
+    n_batch = min(settings.n_batch, settings.n_ctx)
+    n_ubatch = min(settings.n_ubatch, n_batch)
+    threads = settings.n_threads if settings.n_threads is not None else default_threads(cpu_count)
+    threads_batch = settings.n_threads_batch if settings.n_threads_batch is not None else threads
+
+    return LlamaParams(
+        n_gpu_layers=n_gpu_layers,
+        load_mode=LOAD_MODE_MMAP if settings.use_mmap else LOAD_MODE_NONE,
+        n_ctx=settings.n_ctx,
+        n_batch=n_batch,
+        n_ubatch=n_ubatch,
+        n_seq_max=settings.n_parallel,
+        n_threads=threads,
+        n_threads_batch=threads_batch,
+        type_k=GGML_TYPE_IDS[settings.type_k],
+        type_v=GGML_TYPE_IDS[settings.type_v],
+        flash_attn=flash,
+        kv_unified=True,
+        offload_kqv=True,
+        no_perf=True,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,388 @@
+"""Will it fit? Memory per device for a model and its load settings, before loading anything.
+
+    >>> plan = plan_memory(info, LoadSettings(model_path=path, n_ctx=8192), list_devices())
+    >>> plan.verdict, plan.gpu_layers, plan.n_layers, plan.max_context
+    ('cpu_only', 0, 31, 8192)
+    >>> plan.describe()
+    'CPU only: 388 MiB (weights 92 MiB, KV 180 MiB, compute 98 MiB, other 18 MiB); max context 8,192'
+
+The parts, each as llama.cpp allocates it (src/llama-model.cpp, llama-kv-cache.cpp,
+llama-context.cpp of the vendored build):
+
+- weights: the tensor bytes of each block on the device that holds the block. llama.cpp
+  offloads from the top: `gpu_layers = n` puts the output layer and the last n - 1 blocks
+  on the GPU(s) (split between GPUs by free memory); token embeddings always stay in RAM.
+- KV cache: `kv_cells` = n_ctx rounded up to 256 cells, each layer's cache on its layer's
+  device. Per token and layer it holds n_head_kv × (key_length × bytes(type_k) +
+  value_length × bytes(type_v)): see `kv_bytes_per_token`. Sliding-window layers hold only
+  window + ubatch cells when `swa_full` is off (llama.cpp's default keeps it on).
+- compute: the graph's scratch buffer, peak of three phases for one ubatch of `ub` tokens
+  (4 = bytes per f32):  logits 4·ub·(n_vocab + 2·n_embd);  attention mask + 4·ub·(5·n_embd +
+  2·n_embd_kv), plus without flash attention the scores 4·ub·n_kv·n_head;  feed-forward
+  mask + 4·ub·(3·n_ff + 4·n_embd); the mask is ub·n_kv·(2 with flash attention, else 4);
+  plus the logits output buffer, 4·n_vocab per sequence. The coefficients were fitted to
+  the compute buffers llama.cpp reports for SmolLM2, the two tiny test models and five
+  more generated shapes (tests/engine/test_planner_calibration.py; docs/benchmarks.md).
+- overhead: RAM outside those buffers (vocabulary tables), `host_overhead`, fitted to RSS.
+
+GPU figures follow the same formulas plus `GPU_RUNTIME_OVERHEAD` per CUDA device (context,
+cuBLAS workspace); they are not calibrated on a GPU yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from runtime.errors import SettingsError
+from runtime.gguf.constants import GGML_TYPES
+from runtime.gguf.info import ModelInfo
+from runtime.planner.devices import Device, list_devices
+from runtime.settings.load import LoadSettings
+
+Verdict = Literal["full_gpu", "partial", "cpu_only", "wont_fit"]
+KV_CELL_PAD = 256  # llama_context pads n_ctx to a multiple of 256
+GPU_RUNTIME_OVERHEAD = 512 << 20  # CUDA context + cuBLAS workspace, per device (estimate)
+# RAM a loaded model takes beyond its buffers (vocabulary tables, token-piece cache, graph
+# metadata), fitted to RSS growth: 3.4 MiB for the 271-token test models, 17.4 MiB for
+# SmolLM2's 49,152 tokens (benchmarks/planner_calibration.py).
+HOST_OVERHEAD_BASE = 3_500_000
+HOST_OVERHEAD_PER_TOKEN = 300
+MIB = 1 << 20
+
+_VERDICT_TEXT = {"full_gpu": "Full GPU", "partial": "Partial", "cpu_only": "CPU only",
+                 "wont_fit": "Won't fit"}
+
+
+@dataclass(frozen=True)
+class DeviceUsage:
+    """What one device would hold. `draft` is the part of the totals that is the draft model."""
+
+    id: str
+    name: str
+    kind: str
+    free_bytes: int
+    total_bytes: int
+    weights: int
+    kv: int
+    compute: int
+    overhead: int = 0
+    draft: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.compute + self.overhead
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.free_bytes
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    verdict: Verdict
+    gpu_layers: int  # of n_layers (blocks + the output layer), as llama.cpp counts them
+    n_layers: int
+    recommended_gpu_layers: int  # the most layers on GPU that fit (0 without a GPU)
+    n_ctx: int
+    kv_cells: int
+    max_context: int  # the largest context that fits with gpu_layers; 0 if none does
+    kv_bytes_per_token: int
+    flash_attn: bool
+    n_ubatch: int
+    devices: tuple[DeviceUsage, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def weights(self) -> int:
+        return sum(d.weights for d in self.devices)
+
+    @property
+    def kv(self) -> int:
+        return sum(d.kv for d in self.devices)
+
+    @property
+    def compute(self) -> int:
+        return sum(d.compute for d in self.devices)
+
+    @property
+    def overhead(self) -> int:
+        return sum(d.overhead for d in self.devices)
+
+    @property
+    def total(self) -> int:
+        return sum(d.total for d in self.devices)
+
+    def describe(self) -> str:
+        """One line for people: verdict, layers, totals, the largest context that fits."""
+        head = _VERDICT_TEXT[self.verdict]
+        if self.verdict == "partial":
+            head += f" ({self.gpu_layers} of {self.n_layers} layers on GPU)"
+        other = f", other {_mib(self.overhead)}" if self.overhead else ""
+        return (f"{head}: {_mib(self.total)} (weights {_mib(self.weights)}, KV {_mib(self.kv)}, "
+                f"compute {_mib(self.compute)}{other}); max context {self.max_context:,}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        for device, usage in zip(out["devices"], self.devices, strict=True):
+            device["total"] = usage.total
+            device["fits"] = usage.fits
+        out.update(weights=self.weights, kv=self.kv, compute=self.compute,
+                   overhead=self.overhead, total=self.total,
+                   notes=list(self.notes), summary=self.describe())
+        return out
+
+
+def row_bytes(type_name: str, n_values: int) -> int:
+    """Bytes of `n_values` of a ggml type, as ggml_row_size: q8_0 packs 32 values in 34 bytes."""
+    for name, block, size in GGML_TYPES.values():
+        if name.lower() == type_name.lower():
+            return -(-n_values // block) * size
+    raise SettingsError(f"unknown cache type {type_name!r}")
+
+
+def kv_layer_bytes_per_token(info: ModelInfo, type_k: str = "f16",
+                             type_v: str = "f16") -> tuple[int, ...]:
+    """Cache bytes per token for each layer (0 for layers without attention)."""
+    if info.kv_lora_rank is not None and info.key_length_mla is not None:
+        # MLA: one compressed latent plus the rotary part per layer; V is a view of it.
+        k = row_bytes(type_k, info.kv_lora_rank + info.rope_dims)
+        return tuple(k if h else 0 for h in info.n_head_kv)
+    return tuple(row_bytes(type_k, h * info.key_length) + row_bytes(type_v, h * info.value_length)
+                 for h in info.n_head_kv)
+
+
+def kv_bytes_per_token(info: ModelInfo, type_k: str = "f16", type_v: str = "f16") -> int:
+    """KV cache bytes per token, all layers, K and V together.
+
+    Σ over layers of n_head_kv × (key_length × bytes(type_k) + value_length × bytes(type_v)).
+    Llama-2-70B (80 layers, 8 KV heads of 128) at f16: 80 × 8 × (128·2 + 128·2) = 327,680
+    bytes per token (163,840 is K alone), so 8K tokens take 2.5 GiB. DeepSeek-V3's MLA cache
+    holds 512 + 64 = 576 values per layer per token; SmolLM2-135M (30 layers, 3 × 64) takes
+    23,040 bytes at f16. q8_0 stores 34 bytes per 32 values, q4_0 18.
+    """
+    return sum(kv_layer_bytes_per_token(info, type_k, type_v))
+
+
+def kv_cells(n_ctx: int) -> int:
+    return -(-n_ctx // KV_CELL_PAD) * KV_CELL_PAD
+
+
+def layer_kv_cells(info: ModelInfo, cells: int, n_ubatch: int, n_seq: int,
+                   swa_full: bool) -> tuple[int, ...]:
+    """Cells per layer: sliding-window layers keep window·n_seq + ubatch (llama_kv_cache_iswa)."""
+    if swa_full or not info.sliding_window:
+        return (cells,) * info.block_count
+    swa = min(cells, kv_cells(info.sliding_window * n_seq + n_ubatch))
+    return tuple(swa if is_swa else cells for is_swa in info.swa_layers)
+
+
+def compute_bytes(info: ModelInfo, n_kv: int, n_ubatch: int, flash_attn: bool,
+                  n_seq: int = 1, *, with_logits: bool = True, with_layers: bool = True) -> int:
+    """Peak scratch memory of one ubatch (see the module docstring), plus the logits buffer."""
+    ub = n_ubatch
+    n_embd_kv = max((h * info.key_length for h in info.n_head_kv), default=0)
+    if info.kv_lora_rank is not None and info.key_length_mla is not None:
+        n_embd_kv = info.kv_lora_rank + info.rope_dims
+    n_ff = max(info.n_ff, info.n_ff_expert * max(info.n_expert_used, 1))
+    mask = ub * n_kv * (2 if flash_attn else 4)
+    phases = [4 * ub * info.n_embd]  # the input embeddings, at least
+    if with_layers:
+        scores = 0 if flash_attn else n_kv * info.n_head
+        phases.append(mask + 4 * ub * (scores + 5 * info.n_embd + 2 * n_embd_kv))
+        phases.append(mask + 4 * ub * (3 * n_ff + 4 * info.n_embd))
+    if with_logits:
+        phases.append(4 * ub * (info.n_vocab + 2 * info.n_embd))
+    return max(phases) + 4 * info.n_vocab * n_seq
+
+
+def flash_attn_on(settings: LoadSettings) -> bool:
+    """As the engine sets it: on for "on", for "auto" (every ggml backend here supports it),
+    and whenever V is quantized (llama.cpp needs it then)."""
+    return settings.flash_attn != "off" or settings.type_v not in ("f16", "bf16", "f32")
+
+
+def plan_memory(info: ModelInfo, settings: LoadSettings, devices: list[Device] | None = None,
+                draft: ModelInfo | None = None, *, swa_full: bool = True) -> MemoryPlan:
+    """Plan `info` loaded with `settings` against the free memory of `devices` (pure, given
+    devices; None lists this machine's now).
+
+    `settings.gpu_layers` None means auto: as many layers on the GPU(s) as fit. A requested
+    count that does not fit gives "wont_fit" with `recommended_gpu_layers` saying what would.
+    """
+    if devices is None:
+        devices = list_devices()
+    cpu, gpus = _split_devices(devices)
+    n_layers = info.n_layers_offloadable
+    notes: list[str] = []
+    if settings.gpu_layers is None:
+        candidates = list(range(n_layers, -1, -1)) if gpus else [0]
+        chosen = next((n for n in candidates
+                       if _fits(_usage(info, settings, n, cpu, gpus, draft, swa_full))), None)
+        recommended = chosen or 0
+        if chosen is None:  # nothing fits: show the split that allows the longest context
+            chosen = max(candidates, key=lambda n: _max_context(info, settings, n, cpu, gpus,
+                                                                draft, swa_full))
+    else:
+        chosen = min(settings.gpu_layers, n_layers)
+        if chosen and not gpus:
+            notes.append(f"{settings.gpu_layers} GPU layers asked for, but there is no GPU")
+            chosen = 0
+        recommended = next((n for n in (range(n_layers, -1, -1) if gpus else [0])
+                            if _fits(_usage(info, settings, n, cpu, gpus, draft, swa_full))), 0)
+    usage = _usage(info, settings, chosen, cpu, gpus, draft, swa_full)
+    fits = _fits(usage)
+    if not fits:
+        verdict: Verdict = "wont_fit"
+        short = [u.id for u in usage if not u.fits] or ["cpu"]
+        notes.append(f"needs more memory than is free on {', '.join(short)}")
+    elif chosen == 0:
+        verdict = "cpu_only"
+    elif chosen == n_layers:
+        verdict = "full_gpu"
+    else:
+        verdict = "partial"
+    if info.kv_lora_rank is not None and info.key_length_mla is None:
+        notes.append("this file predates llama.cpp's MLA cache: its KV cache is full size; "
+                     "a re-converted file needs far less")
+    if settings.n_ctx > info.n_ctx_train > 0:
+        notes.append(f"context {settings.n_ctx:,} is beyond the {info.n_ctx_train:,} tokens "
+                     "the model was trained on")
+    return MemoryPlan(
+        verdict=verdict, gpu_layers=chosen, n_layers=n_layers,
+        recommended_gpu_layers=recommended, n_ctx=settings.n_ctx,
+        kv_cells=kv_cells(settings.n_ctx),
+        max_context=_max_context(info, settings, chosen, cpu, gpus, draft, swa_full),
+        kv_bytes_per_token=kv_bytes_per_token(info, settings.type_k, settings.type_v),
+        flash_attn=flash_attn_on(settings), n_ubatch=_ubatch(settings),
+        devices=tuple(usage), notes=tuple(notes))
+
+
+def max_context(info: ModelInfo, settings: LoadSettings, devices: list[Device] | None = None,
+                draft: ModelInfo | None = None, gpu_layers: int | None = None,
+                *, swa_full: bool = True) -> int:
+    """The largest context (a multiple of 256, up to the training context or the asked one,
+    whichever is larger) that fits with `gpu_layers` (default: the plan's); 0 if none."""
+    if devices is None:
+        devices = list_devices()
+    cpu, gpus = _split_devices(devices)
+    if gpu_layers is None:
+        gpu_layers = plan_memory(info, settings, devices, draft, swa_full=swa_full).gpu_layers
+    return _max_context(info, settings, min(gpu_layers, info.n_layers_offloadable) if gpus else 0,
+                        cpu, gpus, draft, swa_full)
+
+
+def _max_context(info: ModelInfo, settings: LoadSettings, gpu_layers: int, cpu: Device,
+                 gpus: list[Device], draft: ModelInfo | None, swa_full: bool) -> int:
+    def fits(n_ctx: int) -> bool:
+        trial = dataclasses.replace(settings, n_ctx=n_ctx)
+        return _fits(_usage(info, trial, gpu_layers, cpu, gpus, draft, swa_full))
+
+    lo, hi = 0, max(info.n_ctx_train, settings.n_ctx, KV_CELL_PAD) // KV_CELL_PAD
+    while lo < hi:  # the largest k with fits(256·k); memory grows with the context
+        mid = (lo + hi + 1) // 2
+        if fits(mid * KV_CELL_PAD):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * KV_CELL_PAD
+
+
+def _split_devices(devices: list[Device]) -> tuple[Device, list[Device]]:
+    cpus = [d for d in devices if d.kind == "cpu"]
+    if not cpus:
+        raise SettingsError("a memory plan needs the CPU among the devices")
+    return cpus[0], [d for d in devices if d.kind != "cpu"]
+
+
+def _ubatch(settings: LoadSettings) -> int:
+    return min(settings.n_ubatch, settings.n_batch, settings.n_ctx)
+
+
+def _layer_devices(info: ModelInfo, gpu_layers: int, gpus: list[Device]) -> list[int]:
+    """Device index (-1 = CPU, else into `gpus`) of blocks 0..n-1 and, last, the output layer.
+
+    As llama.cpp's load_tensors: i_gpu_start = n_layer + 1 - gpu_layers, and GPU layers are
+    split by cumulative free-memory fractions.
+    """
+    n = info.block_count
+    if not gpus or gpu_layers <= 0:
+        return [-1] * (n + 1)
+    free = [max(g.free_bytes, 1) for g in gpus]
+    bounds = [sum(free[:i + 1]) / sum(free) for i in range(len(gpus))]
+    start = max(n + 1 - gpu_layers, 0)
+    active = min(gpu_layers, n + 1)
+    out = []
+    for il in range(n + 1):
+        if il < start:
+            out.append(-1)
+        else:
+            fraction = (il - start) / active
+            out.append(min(next(i for i, b in enumerate(bounds) if fraction < b), len(gpus) - 1))
+    return out
+
+
+def _usage(info: ModelInfo, settings: LoadSettings, gpu_layers: int, cpu: Device,
+           gpus: list[Device], draft: ModelInfo | None, swa_full: bool) -> list[DeviceUsage]:
+    ub = _ubatch(settings)
+    flash = flash_attn_on(settings)
+    cells = kv_cells(settings.n_ctx)
+    n_dev = len(gpus) + 1  # index -1 (CPU) is stored last
+    weights, kv, compute, extra = [0] * n_dev, [0] * n_dev, [0] * n_dev, [0] * n_dev
+
+    placement = _layer_devices(info, gpu_layers, gpus)
+    per_token = kv_layer_bytes_per_token(info, settings.type_k, settings.type_v)
+    per_layer_cells = layer_kv_cells(info, cells, ub, settings.n_parallel, swa_full)
+    weights[-1] += info.input_bytes
+    for il, dev in enumerate(placement[:-1]):
+        weights[dev] += info.tensor_bytes_by_layer[il]
+        kv[dev] += per_token[il] * per_layer_cells[il]
+    out_dev = placement[-1]
+    weights[out_dev] += info.output_bytes
+    if info.tied_embeddings and out_dev != -1:
+        weights[out_dev] += info.input_bytes  # llama.cpp copies token_embd as the output head
+    for dev in {*placement, -1}:  # the CPU always computes the input embeddings
+        has_layers = dev in placement[:-1]
+        compute[dev] = compute_bytes(info, cells, ub, flash, settings.n_parallel,
+                                     with_logits=dev == out_dev, with_layers=has_layers)
+    host = host_overhead(info)
+    if draft is not None:
+        full_gpu = bool(gpus) and gpu_layers >= info.n_layers_offloadable
+        dev = 0 if full_gpu else -1  # a draft rides with the target's head
+        draft_kv = kv_bytes_per_token(draft, settings.type_k, settings.type_v) * cells
+        draft_compute = compute_bytes(draft, cells, ub, flash, settings.n_parallel)
+        extra[dev] = draft.tensor_bytes + draft_kv + draft_compute
+        extra[-1] += host_overhead(draft)
+        host += host_overhead(draft)
+        weights[dev] += draft.tensor_bytes
+        kv[dev] += draft_kv
+        compute[dev] += draft_compute
+
+    usage = []
+    for i, gpu in enumerate(gpus):
+        used = weights[i] or kv[i] or compute[i]
+        overhead = GPU_RUNTIME_OVERHEAD if used and gpu.kind == "cuda" else 0
+        usage.append(DeviceUsage(gpu.id, gpu.name, gpu.kind, gpu.free_bytes, gpu.total_bytes,
+                                 weights[i], kv[i], compute[i], overhead, extra[i]))
+    usage.append(DeviceUsage(cpu.id, cpu.name, cpu.kind, cpu.free_bytes, cpu.total_bytes,
+                             weights[-1], kv[-1], compute[-1], host, extra[-1]))
+    return usage
+
+
+def host_overhead(info: ModelInfo) -> int:
+    """RAM a loaded model takes outside llama.cpp's buffers (see HOST_OVERHEAD_BASE)."""
+    return HOST_OVERHEAD_BASE + HOST_OVERHEAD_PER_TOKEN * info.n_tokens
+
+
+def _fits(usage: list[DeviceUsage]) -> bool:
+    if not all(u.fits for u in usage):
+        return False
+    # Unified memory (Apple): GPU and CPU parts come out of the same RAM.
+    cpu = usage[-1]
+    unified = sum(u.total for u in usage[:-1] if u.kind == "metal")
+    return cpu.total + unified <= cpu.free_bytes if unified else True
+
+
+def _mib(n: int) -> str:
+    return f"{n / MIB:,.0f} MiB" if n < 10 << 30 else f"{n / (1 << 30):,.1f} GiB"
