@@ -5,40 +5,19 @@ quant table and the model settings page say the same thing in the same words.
 
     >>> badge_text({"verdict": "partial", "gpu_layers": 20, "n_layers": 33})
     'Partial 20 of 33'
-    >>> fmt_bytes(3 << 30), fmt_bytes(1536 << 10)
-    ('3.00 GiB', '1.50 MiB')
+
+Sizes are written by `runtime.units.fmt_bytes`, as everywhere else ("3.00 GiB", "1.50 MiB").
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from runtime.units import fmt_bytes
+
 BADGES = {"full_gpu": "Full GPU", "cpu_only": "CPU only", "wont_fit": "Won't fit"}
 # The palette attribute (app.theme.Palette) each verdict is drawn in.
 BADGE_ROLE = {"full_gpu": "ok", "partial": "warn", "cpu_only": "accent", "wont_fit": "error_text"}
-
-
-def fmt_bytes(n: float | None) -> str:
-    """Bytes for people, binary units, two decimals from MiB up."""
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:,.0f} {unit}" if unit in ("B", "KiB") else f"{value:,.2f} {unit}"
-        value /= 1024
-    return f"{value:,.2f} TiB"  # pragma: no cover - the loop returns
-
-
-def fmt_count(n: int | None) -> str:
-    """A parameter count: 135M, 7.6B."""
-    if not n:
-        return "?"
-    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= div:
-            value = n / div
-            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
-    return str(n)
 
 
 def badge_text(fit: dict[str, Any] | None) -> str:

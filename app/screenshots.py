@@ -93,17 +93,24 @@ class Tour(QtCore.QObject):
         w.chat.settings_button.setChecked(False)
 
         def tab(page: int, widget: QtWidgets.QTabWidget, index: int) -> Callable[[], None]:
-            return lambda: (w.show_page(page), widget.setCurrentIndex(index))
+            def show() -> None:
+                w.show_page(page)
+                widget.setCurrentIndex(index)
+            return show
 
         models, settings = w.models_page, w.settings_page
+
+        def model_settings() -> None:
+            w.show_page(SETTINGS)
+            settings.show_model(self.model)
+
         self._grab("models-discover", before=tab(MODELS, models, DISCOVER),
                    ready=lambda: models.discover.picks.rowCount() > 0)
         self._grab("models-downloads", before=tab(MODELS, models, DOWNLOADS))
         self._grab("models-library", before=tab(MODELS, models, LIBRARY),
                    ready=lambda: bool(w.model_services.models))
         self._grab("settings-app", before=tab(SETTINGS, settings, APP))
-        self._grab("settings-model",
-                   before=lambda: (w.show_page(SETTINGS), settings.show_model(self.model)),
+        self._grab("settings-model", before=model_settings,
                    ready=lambda: settings.model.plan_view.plan is not None)
         self._grab("server", before=lambda: w.show_page(SERVER))
 
@@ -158,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     from app.window import MainWindow
     from runtime.settings.user import SettingsStore
 
-    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])
+    running = QtWidgets.QApplication.instance()
+    app = (running if isinstance(running, QtWidgets.QApplication)
+           else QtWidgets.QApplication([sys.argv[0]]))
     collect_on_gui_thread()
     apply_theme(app, LIGHT)
     with tempfile.TemporaryDirectory(prefix="outrider-shots-") as tmp:

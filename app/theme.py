@@ -109,6 +109,7 @@ def style_sheet(p: Palette) -> str:
     #conversationList::item:selected {{ background: {p.user_bubble}; color: {p.text}; }}
     #chatHeader {{ background: {p.surface}; border-bottom: 1px solid {p.border}; }}
     #pageTitle {{ font-size: 14pt; font-weight: 600; }}
+    #welcomeTitle {{ font-size: 20pt; font-weight: 600; }}
     #muted, QLabel[muted="true"] {{ color: {p.muted}; }}
     #errorText {{ color: {p.error_text}; }}
     #transcript, #transcriptInner {{ background: {p.window}; border: none; }}

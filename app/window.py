@@ -17,6 +17,7 @@ INI format); the app's own settings (theme, server, per-model load settings) in
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.chat.controller import ChatController
 from app.chat.markdown import warm_up as warm_up_markdown
@@ -25,7 +26,7 @@ from app.chat.page import ChatPage
 from app.chat.store import ChatStore
 from app.engine.client import EngineClient, EngineState
 from app.engine.process import EngineExit, engine_listen
-from app.engine.wire import MetricsSnapshot, ModelInfo
+from app.engine.wire import MetricsSnapshot, ServedModel
 from app.first_run.page import FirstRunPage
 from app.models.models_page import ModelsPage
 from app.qt import Qt, QtCore, QtGui, QtWidgets, Signal
@@ -35,13 +36,17 @@ from app.services.models import ModelServices
 from app.services.settings import SettingsController
 from app.settings.settings_page import SettingsPage
 from app.theme import Palette, apply_theme, palette_for, system_palette
+from app.widgets import page_column
 from runtime.events import SamplingParams
 from runtime.library.library import LibraryModel
 from runtime.paths import UserDirs
 from runtime.settings.load import LoadSettings
 from runtime.settings.user import AppSettings, SettingsStore
+from runtime.units import fmt_bytes
 
-MIB = 1 << 20
+if TYPE_CHECKING:  # imported when first built: pyqtgraph takes ~0.5 s (see ensure_panels)
+    from app.panels.dock import LivePanels
+
 PAGES = ("Chat", "Models", "Settings", "Server")
 CHAT, MODELS, SETTINGS, SERVER, FIRST_RUN = range(5)
 _STATE_COLORS = {EngineState.READY: "ok", EngineState.CRASHED: "error_text",
@@ -84,7 +89,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self._default_model = default_model
         self._painted = False
         self._closed = False
-        self.panels = None
+        self.panels: LivePanels | None = None
         self._last_metrics: MetricsSnapshot | None = None
         self._window_state = QtCore.QSettings(str(dirs.config / "window.ini"),
                                               QtCore.QSettings.Format.IniFormat)
@@ -347,7 +352,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.state_button.setText(f"● Engine: {state.value}")
         self.state_button.setStyleSheet(f"color: {color};")
 
-    def _on_model(self, model: ModelInfo | None) -> None:
+    def _on_model(self, model: ServedModel | None) -> None:
         loaded = Path(model.path) if model is not None and model.path else None
         self.settings_page.model.set_loaded_model(loaded)
         if model is None:
@@ -410,7 +415,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.panels_button.setChecked(str(visible).lower() == "true")
         self.panels_button.blockSignals(False)
         try:
-            page = int(self._window_state.value("page", CHAT))
+            page = int(str(self._window_state.value("page", CHAT)))  # INI values are text
         except (TypeError, ValueError):
             page = CHAT
         self.show_page(page if 0 <= page < len(PAGES) else CHAT)
@@ -447,25 +452,10 @@ class MainWindow(QtWidgets.QMainWindow):
         super().closeEvent(event)
 
 
-def fmt_bytes(n: float) -> str:
-    """As the panels write memory (app.panels.base, which imports pyqtgraph: not before the
-    first paint). fmt_bytes(98 * MIB) == '98 MiB'; fmt_bytes(24 << 30) == '24.0 GiB'."""
-    return f"{n / MIB:,.0f} MiB" if n < 10 * 1024 * MIB else f"{n / (1024 * MIB):,.1f} GiB"
-
-
 def _titled(title: str, intro: str, body: QtWidgets.QWidget) -> QtWidgets.QWidget:
     """`body` under a page title and an intro line, with page margins (as the Server page)."""
     page = QtWidgets.QWidget()
-    column = QtWidgets.QVBoxLayout(page)
-    column.setContentsMargins(20, 16, 20, 12)
-    column.setSpacing(10)
-    heading = QtWidgets.QLabel(title)
-    heading.setObjectName("pageTitle")
-    line = QtWidgets.QLabel(intro)
-    line.setObjectName("muted")
-    line.setWordWrap(True)
-    column.addWidget(heading)
-    column.addWidget(line)
+    column = page_column(page, title, intro, margins=(20, 16, 20, 12), spacing=10)
     column.addWidget(body, 1)
     return page
 

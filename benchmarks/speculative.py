@@ -45,12 +45,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from runtime.engine.build import build_engine
 from runtime.engine.engine import Engine
 from runtime.events import ChatMessage, Finished, GenerationRequest, SamplingParams, TokenEvent
 from runtime.llama.binding import supports_gpu_offload
 from runtime.paths import user_dirs
 from runtime.settings.load import DraftSettings, LoadSettings
-from runtime.speculative.speculation import Speculation
 
 PROMPT = ("Write a detailed, step-by-step guide to baking a loaf of bread at home: the "
           "ingredients, mixing, kneading, the first rise, shaping, the second rise, baking "
@@ -124,7 +124,7 @@ def configs(draft: Path, ks: list[int], temperature: float) -> list[Config]:
 
 def load(target: Path, draft: DraftSettings, threads: int, gpu_layers: int | None,
          n_ctx: int) -> Engine:
-    engine = Engine(speculation=Speculation())
+    engine = build_engine()
     info = engine.load(LoadSettings(model_path=target, n_ctx=n_ctx, n_threads=threads,
                                     gpu_layers=gpu_layers, draft=draft))
     if draft.kind != "none" and info.draft is None:

@@ -96,15 +96,22 @@ class TokenEvent:
 
 @dataclass(frozen=True)
 class StepStats:
-    """Speculative statistics of one round for one sequence (absent when not drafting)."""
+    """Speculative statistics of one round for one sequence (absent when not drafting).
+
+    `drafted`/`accepted` are this round's; the `reply_` counts and the rates are the whole
+    reply's so far, this round included — so the last `StepStats` a client saw says what the
+    reply's `SpecSummary` will, even when rounds arrive in bursts and only the last of each
+    burst is passed on. Definitions: `runtime.speculative.stats`."""
 
     request_id: str
     index: int
-    drafted: int
-    accepted: int
+    drafted: int  # this round (0: no round, drafting switched off or on)
+    accepted: int  # this round
+    reply_drafted: int  # the reply so far
+    reply_accepted: int  # the reply so far
     k: int  # draft length chosen for this round
-    acceptance_rate: float  # running, over the whole reply
-    mean_accepted_length: float  # running tokens per target step
+    acceptance_rate: float  # reply_accepted / reply_drafted
+    mean_accepted_length: float  # tokens per speculative round, over the reply
     predicted_speedup: float
     measured_speedup: float
     drafting_off_reason: str | None = None
@@ -128,10 +135,12 @@ class Timings:
 
 @dataclass(frozen=True)
 class SpecSummary:
+    """A reply's speculative statistics (`runtime.speculative.stats`): what its footer shows."""
+
     drafted: int
     accepted: int
-    acceptance_rate: float
-    mean_accepted_length: float
+    acceptance_rate: float  # accepted / drafted
+    mean_accepted_length: float  # tokens per speculative round
     measured_speedup: float
 
 

@@ -21,7 +21,7 @@ from app.chat.store import ChatStore
 from app.engine.client import EngineClient, EngineState, ReplyStream
 from app.engine.wire import ReplyDelta, ReplyError, ReplyFinished
 from app.qt import QtCore, Signal
-from runtime.events import SamplingParams
+from runtime.events import SamplingParams, SpecSummary
 
 SAVE_INTERVAL_MS = 500
 # The sampling defaults remembered for a model file (Settings → Model), or None.
@@ -355,10 +355,7 @@ class ChatController(QtCore.QObject):
                 stats["tokens_per_s"] = result.timings.decode_tokens_per_s
                 stats["prefill_tokens_per_s"] = result.timings.prefill_tokens_per_s
             if result.speculative is not None:
-                stats["drafted"] = result.speculative.drafted
-                stats["accepted"] = result.speculative.accepted
-                stats["acceptance_rate"] = result.speculative.acceptance_rate
-                stats["measured_speedup"] = result.speculative.measured_speedup
+                stats.update(speculative_footer(result.speculative))
         if "tokens_per_s" not in stats and gen.first_token_at is not None and gen.tokens > 1:
             elapsed = time.perf_counter() - gen.first_token_at
             if elapsed > 0:
@@ -386,6 +383,20 @@ class ChatController(QtCore.QObject):
         gen = self._generation
         if gen is not None and gen.stream is None:
             self._fail(gen, error)
+
+
+def speculative_footer(spec: SpecSummary) -> dict[str, Any]:
+    """The footer's speculative entries: the engine's figures as it sent them (computed by
+    `runtime.speculative.stats`), never recomputed here; the Speculative panel shows these
+    same numbers once the reply ended.
+
+    >>> speculative_footer(SpecSummary(12, 11, 11 / 12, 4.67, 2.1))["acceptance_rate"]
+    0.9166666666666666
+    """
+    return {"drafted": spec.drafted, "accepted": spec.accepted,
+            "acceptance_rate": spec.acceptance_rate,
+            "mean_accepted_length": spec.mean_accepted_length,
+            "measured_speedup": spec.measured_speedup}
 
 
 def copy_sampling(sampling: SamplingParams, **changes: Any) -> SamplingParams:

@@ -16,6 +16,8 @@ from app.qt import Qt, QtCore, QtGui, QtWidgets, Signal
 
 PAGE = 100
 ID_ROLE = Qt.ItemDataRole.UserRole + 1
+# What Qt's model API hands an override: a view may pass either kind of index.
+Index = QtCore.QModelIndex | QtCore.QPersistentModelIndex
 
 
 class ConversationListModel(QtCore.QAbstractListModel):
@@ -34,10 +36,10 @@ class ConversationListModel(QtCore.QAbstractListModel):
 
     # -- Qt model API ------------------------------------------------------------------
 
-    def rowCount(self, parent: QtCore.QModelIndex = QtCore.QModelIndex()) -> int:  # noqa: B008
+    def rowCount(self, parent: Index = QtCore.QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self._rows)
 
-    def data(self, index: QtCore.QModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or index.row() >= len(self._rows):
             return None
         row = self._rows[index.row()]
@@ -50,11 +52,11 @@ class ConversationListModel(QtCore.QAbstractListModel):
             return f"{row.title}\nlast message {when}"
         return None
 
-    def flags(self, index: QtCore.QModelIndex) -> Qt.ItemFlag:
+    def flags(self, index: Index) -> Qt.ItemFlag:
         base = super().flags(index)
         return base | Qt.ItemFlag.ItemIsEditable if index.isValid() else base
 
-    def setData(self, index: QtCore.QModelIndex, value: Any,
+    def setData(self, index: Index, value: Any,
                 role: int = Qt.ItemDataRole.EditRole) -> bool:
         if role != Qt.ItemDataRole.EditRole or not index.isValid() or not str(value).strip():
             return False
@@ -62,10 +64,10 @@ class ConversationListModel(QtCore.QAbstractListModel):
         self.renamed.emit(row.id, str(value))
         return True
 
-    def canFetchMore(self, parent: QtCore.QModelIndex = QtCore.QModelIndex()) -> bool:  # noqa: B008
+    def canFetchMore(self, parent: Index = QtCore.QModelIndex()) -> bool:  # noqa: B008
         return not parent.isValid() and not self._exhausted
 
-    def fetchMore(self, parent: QtCore.QModelIndex = QtCore.QModelIndex()) -> None:  # noqa: B008
+    def fetchMore(self, parent: Index = QtCore.QModelIndex()) -> None:  # noqa: B008
         if parent.isValid() or self._exhausted:
             return
         page = self._store.list_conversations(len(self._rows), PAGE, self._query)

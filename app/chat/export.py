@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from app.chat.conversation import Conversation, Message, MessageTree
-from runtime.atomic_file import atomic_output
+from runtime.atomic_file import write_text
+from runtime.units import fmt_latency, fmt_rate
 
 FORMAT_VERSION = 1
 
@@ -69,26 +70,19 @@ def footer_text(stats: dict[str, Any]) -> str:
 
     >>> footer_text({"tokens": 42, "tokens_per_s": 35.06, "ttft_s": 0.213,
     ...              "acceptance_rate": 0.62, "drafted": 50, "accepted": 31})
-    '42 tokens · 35.1 tok/s · TTFT 0.21 s · acceptance 62% (31/50 drafted)'
+    '42 tokens · 35.1 tok/s · TTFT 213 ms · acceptance 62% (31/50 drafted)'
     """
     parts: list[str] = []
     if "tokens" in stats:
         parts.append(f"{stats['tokens']} tokens")
     if stats.get("tokens_per_s"):
-        parts.append(f"{stats['tokens_per_s']:.1f} tok/s")
+        parts.append(fmt_rate(stats["tokens_per_s"]))
     if stats.get("ttft_s") is not None:
-        parts.append(f"TTFT {stats['ttft_s']:.2f} s")
+        parts.append(f"TTFT {fmt_latency(stats['ttft_s'])}")
     if stats.get("drafted"):
         parts.append(f"acceptance {stats.get('acceptance_rate', 0.0):.0%} "
                      f"({stats.get('accepted', 0)}/{stats['drafted']} drafted)")
     return " · ".join(parts)
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder, so a failed export leaves no half file
-    (and, unlike mkstemp's 0o600, the export gets the user's normal file mode)."""
-    with atomic_output(path, prefix=".export-") as tmp:
-        tmp.write_text(text, encoding="utf-8")
 
 
 def export_conversation(conv: Conversation, tree: MessageTree, path: Path) -> None:
@@ -97,4 +91,5 @@ def export_conversation(conv: Conversation, tree: MessageTree, path: Path) -> No
         text = json.dumps(to_json(conv, tree), indent=2, ensure_ascii=False) + "\n"
     else:
         text = to_markdown(conv, tree.path(conv.current_leaf))
-    write_text_atomically(path, text)
+    # A failed export leaves no half file, and the export gets the user's normal file mode.
+    write_text(path, text, prefix=".export-")

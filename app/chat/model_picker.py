@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from app.engine.client import EngineClient, EngineState, LoadJob
-from app.engine.wire import ModelInfo, ReplyError
+from app.engine.wire import ReplyError, ServedModel
 from app.qt import Qt, QtWidgets, Signal
 from app.services.background import BackgroundRunner
 from app.widgets import ElidedLabel
 from runtime.errors import OutriderError
 from runtime.settings.load import LoadSettings
+from runtime.units import fmt_bytes
 
-MIB = 1 << 20
 _SPLIT_PART = re.compile(r"-(\d{5})-of-\d{5}$")
 
 
@@ -54,7 +54,7 @@ def plan_summary(plan: dict[str, Any]) -> str:
     if isinstance(summary, str):
         return summary
     total = plan.get("total") or plan.get("total_bytes") or 0
-    return f"{plan.get('verdict', '?')}: {total / MIB:,.0f} MiB"
+    return f"{plan.get('verdict', '?')}: {fmt_bytes(total)}"
 
 
 def measured_total(measured: dict[str, Any]) -> int:
@@ -68,7 +68,7 @@ def measured_total(measured: dict[str, Any]) -> int:
     return total
 
 
-def planned_vs_measured(model: ModelInfo) -> str:
+def planned_vs_measured(model: ServedModel) -> str:
     """'planned 134 MiB · measured 131 MiB' after a load, or '' without figures."""
     planned = model.plan.get("total") or model.plan.get("total_bytes")
     measured = measured_total(model.measured)
@@ -76,9 +76,9 @@ def planned_vs_measured(model: ModelInfo) -> str:
         return ""
     parts = []
     if planned:
-        parts.append(f"planned {int(planned) / MIB:,.0f} MiB")
+        parts.append(f"planned {fmt_bytes(int(planned))}")
     if measured:
-        parts.append(f"measured {measured / MIB:,.0f} MiB")
+        parts.append(f"measured {fmt_bytes(measured)}")
     return " · ".join(parts)
 
 
@@ -260,7 +260,7 @@ class ModelPicker(QtWidgets.QWidget):
             self.status.setText("The engine stopped. Send a message or Load to restart it.")
         self._update_buttons()
 
-    def _on_model(self, model: ModelInfo | None) -> None:
+    def _on_model(self, model: ServedModel | None) -> None:
         if model is not None:
             self.select(model.path)
             detail = planned_vs_measured(model)

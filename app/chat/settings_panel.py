@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from app.chat.conversation import DEFAULT_SAMPLING, Conversation
 from app.qt import QtCore, QtWidgets, Signal
+from app.widgets import muted_label
 from runtime.errors import SettingsError
 from runtime.events import SamplingParams
 
@@ -34,9 +35,7 @@ class ConversationSettings(QtWidgets.QFrame):
         layout.setContentsMargins(14, 10, 14, 12)
         layout.setSpacing(6)
 
-        prompt_label = QtWidgets.QLabel("System prompt")
-        prompt_label.setObjectName("muted")
-        layout.addWidget(prompt_label)
+        layout.addWidget(muted_label("System prompt"))
         self.system_prompt = QtWidgets.QPlainTextEdit()
         self.system_prompt.setPlaceholderText("e.g. You are a concise assistant.")
         self.system_prompt.setFixedHeight(58)

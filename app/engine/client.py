@@ -24,7 +24,7 @@ from typing import Any
 
 from app.engine.process import EngineCommand, EngineExit, EngineProcess
 from app.engine.streams import LoadJob, MetricsFeed, ReplyStream
-from app.engine.wire import ModelInfo, ReplyError, ServerAddress
+from app.engine.wire import ReplyError, ServedModel, ServerAddress
 from app.qt import QtCore, QtNetwork, Signal
 from runtime.paths import user_dirs
 from runtime.settings.load import LoadSettings
@@ -53,7 +53,7 @@ class EngineClient(QtCore.QObject):
 
     Signals:
         state_changed(EngineState)
-        model_changed(ModelInfo | None)
+        model_changed(ServedModel | None)
         metrics_received(MetricsSnapshot): about once a second while the engine runs.
         engine_exited(EngineExit): the process ended; `expected` False means it crashed.
         problem(ReplyError): the engine would not start, or a load failed.
@@ -79,7 +79,7 @@ class EngineClient(QtCore.QObject):
         self._nam = QtNetwork.QNetworkAccessManager(self)
         self._nam.setProxy(QtNetwork.QNetworkProxy(QtNetwork.QNetworkProxy.ProxyType.NoProxy))
         self._state = EngineState.STOPPED
-        self._model: ModelInfo | None = None
+        self._model: ServedModel | None = None
         self._wanted: LoadSettings | None = None
         self._queued_job: LoadJob | None = None
         self._metrics: MetricsFeed | None = None
@@ -94,7 +94,7 @@ class EngineClient(QtCore.QObject):
         return self._state
 
     @property
-    def model(self) -> ModelInfo | None:
+    def model(self) -> ServedModel | None:
         return self._model
 
     @property
@@ -111,7 +111,7 @@ class EngineClient(QtCore.QObject):
             self._state = state
             self.state_changed.emit(state)
 
-    def _set_model(self, model: ModelInfo | None) -> None:
+    def _set_model(self, model: ServedModel | None) -> None:
         if model != self._model:
             self._model = model
             self.model_changed.emit(model)
@@ -164,7 +164,7 @@ class EngineClient(QtCore.QObject):
         job.failed.connect(self._on_load_failed)
         job.attach(self._post("/api/load", settings.to_dict(), stream=True))
 
-    def _on_loaded(self, model: ModelInfo) -> None:
+    def _on_loaded(self, model: ServedModel) -> None:
         self._set_model(model)
         self._set_state(EngineState.READY)
 

@@ -92,7 +92,7 @@ class EngineCommand:
         if getattr(sys, "frozen", False):  # PyInstaller: the app binary doubles as the engine
             return cls(sys.executable, ("--engine", "serve", "--allow-any-path"))
         # The child must import this very `runtime` even when the project is not installed.
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
         # --allow-any-path: the user may open any file they can read; the engine listens on
         # loopback only, behind a random key.

@@ -213,7 +213,7 @@ class LoadJob(_SseCall):
     Signals:
         plan(dict): the memory plan, before loading starts.
         progress(float): 0.0 … 1.0 while loading.
-        loaded(ModelInfo): done; `plan` and `measured` filled for planned-vs-measured.
+        loaded(ServedModel): done; `plan` and `measured` filled for planned-vs-measured.
         failed(ReplyError): the load failed or the engine went away.
     """
 

@@ -178,10 +178,13 @@ def parse_spec_summary(data: dict[str, Any] | None) -> SpecSummary | None:
 
 
 def parse_step(request_id: str, index: int, data: dict[str, Any]) -> StepStats:
+    """An `outrider.step` object: this round's counts and the reply's so far (docs/api.md)."""
     k = data.get("k")
     return StepStats(
         request_id=request_id, index=index,
         drafted=int(data.get("drafted", 0)), accepted=int(data.get("accepted", 0)),
+        reply_drafted=int(data.get("reply_drafted", 0)),
+        reply_accepted=int(data.get("reply_accepted", 0)),
         k=int(k) if isinstance(k, int) else 0,
         acceptance_rate=_num(data, "acceptance_rate"),
         mean_accepted_length=_num(data, "mean_accepted_length"),
@@ -302,8 +305,10 @@ def parse_metrics(data: dict[str, Any]) -> MetricsSnapshot:
 
 
 @dataclass(frozen=True)
-class ModelInfo:
-    """The loaded model as the server describes it (`event: loaded` / `GET /api/status`)."""
+class ServedModel:
+    """The model the engine process is serving, as it describes it (`event: loaded` /
+    `GET /api/status`). Not `runtime.gguf.info.ModelInfo` (a GGUF header's facts): this is
+    what the engine reports after loading, its plan and measured memory included."""
 
     name: str
     path: str = ""
@@ -316,12 +321,12 @@ class ModelInfo:
     measured: dict[str, Any] = field(default_factory=dict)
 
 
-def parse_model(model: dict[str, Any] | None, plan: Any = None, measured: Any = None) -> ModelInfo | None:
+def parse_model(model: dict[str, Any] | None, plan: Any = None, measured: Any = None) -> ServedModel | None:
     if not model:
         return None
     path = str(model.get("path", ""))
     name = str(model.get("name") or model.get("id") or path.rsplit("/", 1)[-1] or "model")
-    return ModelInfo(
+    return ServedModel(
         name=name, path=path, quant=str(model.get("quant", "") or ""),
         n_ctx=int(model.get("n_ctx", 0) or 0),
         draft=model.get("draft"),

@@ -7,11 +7,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from app.fit_badge import fmt_bytes
 from app.qt import Qt, QtWidgets, Signal
 from app.services.background import BackgroundRunner
+from app.widgets import muted_label, page_column
 from runtime.errors import OutriderError
 from runtime.library.default_model import SMOLLM2
+from runtime.units import fmt_bytes
 
 
 def recommendations(limit: int = 4) -> tuple[int, list[tuple[str, str]]]:
@@ -52,25 +53,18 @@ class FirstRunPage(QtWidgets.QWidget):
         super().__init__(parent)
         self._runner = runner
         self._default_path = default_path
-        outer = QtWidgets.QVBoxLayout(self)
-        outer.setContentsMargins(48, 40, 48, 40)
-        outer.setSpacing(16)
-        title = QtWidgets.QLabel("Welcome to Outrider")
-        title.setStyleSheet("font-size: 20pt; font-weight: 600;")
-        outer.addWidget(title)
-        intro = QtWidgets.QLabel(
+        outer = page_column(
+            self, "Welcome to Outrider",
             "Run language models on your own machine. Nothing you type leaves it. "
-            "Start with the small default model, or pick one that suits this machine.")
-        intro.setObjectName("muted")
-        intro.setWordWrap(True)
-        outer.addWidget(intro)
+            "Start with the small default model, or pick one that suits this machine.",
+            margins=(48, 40, 48, 40), spacing=16, title_name="welcomeTitle")
 
         card = QtWidgets.QFrame()
         card.setObjectName("card")
         row = QtWidgets.QHBoxLayout(card)
         row.setContentsMargins(18, 14, 18, 14)
         text = QtWidgets.QLabel(
-            f"<b>SmolLM2 135M Instruct</b> (Q4_1, {SMOLLM2.gguf_size / 1e6:.0f} MB)<br>"
+            f"<b>SmolLM2 135M Instruct</b> (Q4_1, {fmt_bytes(SMOLLM2.gguf_size)})<br>"
             "<span>Tiny and fast on any computer — good for trying Outrider, "
             "not for serious work.</span>")
         text.setWordWrap(True)
@@ -80,17 +74,13 @@ class FirstRunPage(QtWidgets.QWidget):
         self.default_button.clicked.connect(self._on_default)
         row.addWidget(self.default_button)
         outer.addWidget(card)
-        self.status = QtWidgets.QLabel()
-        self.status.setObjectName("muted")
-        self.status.setWordWrap(True)
+        self.status = muted_label()
         outer.addWidget(self.status)
 
         self.recommended_title = QtWidgets.QLabel("Recommended for this machine")
         self.recommended_title.setObjectName("panelTitle")
         outer.addWidget(self.recommended_title)
-        self.recommended = QtWidgets.QLabel("Checking free memory…")
-        self.recommended.setObjectName("muted")
-        self.recommended.setWordWrap(True)
+        self.recommended = muted_label("Checking free memory…")
         self.recommended.setTextFormat(Qt.TextFormat.RichText)
         outer.addWidget(self.recommended)
         links = QtWidgets.QHBoxLayout()
@@ -114,7 +104,7 @@ class FirstRunPage(QtWidgets.QWidget):
         elif _packaged():
             self.default_button.setText("Find it on the Hub")
         else:
-            self.default_button.setText("Download and use (98 MB)")
+            self.default_button.setText(f"Download and use ({fmt_bytes(SMOLLM2.gguf_size)})")
 
     def _on_default(self) -> None:
         if self._default_path.is_file():

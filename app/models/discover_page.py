@@ -10,12 +10,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from app.fit_badge import fmt_bytes
 from app.qt import Qt, QtCore, QtWidgets, Signal
 from app.services.models import ModelServices
 from app.services.outcome import on_result
+from app.widgets import cell, read_only_table
 from runtime.hub.catalog import CatalogModel, load_catalog
 from runtime.hub.client import RepoSummary
+from runtime.units import fmt_bytes
 
 SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"), ("Recently updated", "recent"))
 RESULT_COLUMNS = ("Repository", "Downloads", "Likes", "Updated", "Access")
@@ -65,8 +66,8 @@ class DiscoverPage(QtWidgets.QWidget):
         self.status = QtWidgets.QLabel()
         self.status.setObjectName("muted")
         self.status.setWordWrap(True)
-        self.results = _table(RESULT_COLUMNS, stretch=0)  # Repository
-        self.picks = _table(PICK_COLUMNS, stretch=4)  # Repository
+        self.results = read_only_table(RESULT_COLUMNS, stretch=0)  # Repository
+        self.picks = read_only_table(PICK_COLUMNS, stretch=4)  # Repository
         self.stack = QtWidgets.QStackedWidget()
         self.stack.addWidget(self.picks)
         self.stack.addWidget(self.results)
@@ -136,10 +137,10 @@ class DiscoverPage(QtWidgets.QWidget):
 
     def hit_ids(self) -> list[str]:
         """The repository ids shown, top to bottom."""
-        return [self.results.item(r, 0).text() for r in range(self.results.rowCount())]
+        return [cell(self.results, r, 0).text() for r in range(self.results.rowCount())]
 
     def _on_result_activated(self, row: int, _column: int) -> None:
-        self.repo_activated.emit(self.results.item(row, 0).text())
+        self.repo_activated.emit(cell(self.results, row, 0).text())
 
     # -- the catalogue's picks -----------------------------------------------------------
 
@@ -165,7 +166,7 @@ class DiscoverPage(QtWidgets.QWidget):
         self.picks.setRowCount(len(picks))
         for row, m in enumerate(picks):
             _set(self.picks, row, 0, m.name, m.repo)
-            self.picks.item(row, 0).setToolTip(m.notes or m.name)
+            cell(self.picks, row, 0).setToolTip(m.notes or m.name)
             _set(self.picks, row, 1, f"{m.params_b:g}B", m.params_b)
             _set(self.picks, row, 2, f"{m.tier_gb:g} GB", m.tier_gb)
             _set(self.picks, row, 3, m.default_quant)
@@ -174,26 +175,10 @@ class DiscoverPage(QtWidgets.QWidget):
             _set(self.picks, row, 6, m.role)
 
     def pick_repos(self) -> list[str]:
-        return [self.picks.item(r, 4).text() for r in range(self.picks.rowCount())]
+        return [cell(self.picks, r, 4).text() for r in range(self.picks.rowCount())]
 
     def _on_pick_activated(self, row: int, _column: int) -> None:
-        self.repo_activated.emit(self.picks.item(row, 4).text())
-
-
-def _table(columns: tuple[str, ...], stretch: int) -> QtWidgets.QTableWidget:
-    """Every column as wide as its values (a model's name shows whole, "chat" takes little)
-    but the `stretch` one, which takes the rest and is cut short if need be: the repository,
-    long and less telling ("bartowski/…-GGUF")."""
-    table = QtWidgets.QTableWidget(0, len(columns))
-    table.setHorizontalHeaderLabels(list(columns))
-    table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
-    table.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
-    table.setSelectionMode(QtWidgets.QAbstractItemView.SelectionMode.SingleSelection)
-    table.verticalHeader().setVisible(False)
-    header = table.horizontalHeader()
-    header.setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
-    header.setSectionResizeMode(stretch, QtWidgets.QHeaderView.ResizeMode.Stretch)
-    return table
+        self.repo_activated.emit(cell(self.picks, row, 4).text())
 
 
 def _set(table: QtWidgets.QTableWidget, row: int, column: int, text: str,

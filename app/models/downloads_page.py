@@ -1,6 +1,6 @@
 """Downloads: the queue of the DownloadManager, live — progress, rate, time left, and the buttons
 that fit each state (pause, resume, cancel, retry, remove). A failure is explained in words
-with what to do about it.
+with what to do about it (`app.services.download_advice`, shared with Settings → Model).
 
 The queue itself is the manager's (`downloads/queue.json`), so it survives a restart: this
 page shows whatever the manager holds when it opens, then follows its events.
@@ -11,17 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.fit_badge import fmt_bytes
 from app.qt import Qt, QtWidgets, Signal
+from app.services.download_advice import explain
 from app.services.models import ModelServices
 from app.services.outcome import on_result
 from app.token_dialog import TokenPrompt, ask_token
+from app.widgets import cell, read_only_table
 from runtime.downloads.manager import (
     DownloadJob,
     DownloadNotice,
     DownloadProgress,
     DownloadStateChanged,
 )
+from runtime.units import fmt_bytes, fmt_duration
 
 COLUMNS = ("File", "Repository", "Progress", "Speed", "Time left", "Status", "Actions")
 STATE_TEXT = {"queued": "Queued", "running": "Downloading", "paused": "Paused", "done": "Done",
@@ -36,36 +38,6 @@ ACTIONS = {  # state → the buttons offered
 }
 LABELS = {"pause": "Pause", "resume": "Resume", "cancel": "Cancel", "retry": "Retry",
           "remove": "Remove", "token": "Enter token…"}
-
-# error kind → what it means and what to do, in words.
-ADVICE = {
-    "GatedRepo": "The repository is gated. Accept its terms on huggingface.co, enter a token "
-                 "of that account (Enter token…), then Retry.",
-    "DiskFull": "The disk is full. Free some space, or choose another models folder in "
-                "Settings, then Retry: the bytes already fetched are kept.",
-    "HashMismatch": "The file arrived damaged (it does not match its published checksum); the "
-                    "bad copy was set aside. Retry fetches it again.",
-    "DownloadFailed": "The connection kept failing. Check the network (or the Hub mirror in "
-                      "Settings) and Retry: it resumes where it stopped.",
-    "HubUnreachable": "The Hub could not be reached. Check the network or the mirror in Settings, "
-                      "then Retry.",
-    "HubServerError": "The Hub is having trouble (a server error). Retry in a few minutes.",
-    "HubOffline": "Offline mode is on (HF_HUB_OFFLINE). Turn it off to download.",
-    "RemoteFileNotFound": "The file is no longer in the repository. Open the repository again "
-                          "and pick another quant.",
-    "RepoNotFound": "The repository was not found (renamed, deleted or private). Search for it "
-                    "again, or enter a token that can see it.",
-}
-
-
-def explain(job: DownloadJob) -> str:
-    """A failed job's message and what to do, as one paragraph."""
-    if job.state != "failed":
-        return ""
-    advice = ADVICE.get(job.error_kind or "",
-                        "Retry; if it fails again, the message above says why.")
-    return f"{job.error or 'The download failed.'} — {advice}"
-
 
 class DownloadsPage(QtWidgets.QWidget):
     """Signals:
@@ -83,14 +55,7 @@ class DownloadsPage(QtWidgets.QWidget):
         self.ask_token = ask_token
         self.jobs: dict[str, DownloadJob] = {}
         self._rows: dict[str, int] = {}
-        self.table = QtWidgets.QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(list(COLUMNS))
-        self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.verticalHeader().setVisible(False)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(0, QtWidgets.QHeaderView.ResizeMode.Stretch)
+        self.table = read_only_table(COLUMNS, stretch=0)  # File
         self.details = QtWidgets.QLabel()
         self.details.setWordWrap(True)
         self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -129,7 +94,7 @@ class DownloadsPage(QtWidgets.QWidget):
         elif isinstance(event, DownloadNotice):
             row = self._rows.get(event.job_id)
             if row is not None:
-                self.table.item(row, 5).setToolTip(event.message)
+                cell(self.table, row, 5).setToolTip(event.message)
                 self.details.setText(event.message)
 
     def _put(self, job: DownloadJob) -> None:
@@ -154,12 +119,12 @@ class DownloadsPage(QtWidgets.QWidget):
             status = "Downloading in another Outrider process"
         elif job.state == "failed":
             status = f"Failed: {job.error or job.error_kind}"
-        item = self.table.item(row, 5)
+        item = cell(self.table, row, 5)
         item.setText(status)
         item.setToolTip(explain(job) or status)
         if job.state != "running":
-            self.table.item(row, 3).setText("")
-            self.table.item(row, 4).setText("")
+            cell(self.table, row, 3).setText("")
+            cell(self.table, row, 4).setText("")
         self.table.setCellWidget(row, 6, self._buttons(job))
         self._show_details()
         self.empty.setVisible(not self.jobs)
@@ -171,8 +136,8 @@ class DownloadsPage(QtWidgets.QWidget):
         if row is None:
             return
         self._set_bar(row, event.received, event.total or 0)
-        self.table.item(row, 3).setText(f"{fmt_bytes(event.rate)}/s" if event.rate else "")
-        self.table.item(row, 4).setText(_eta(event.eta_s))
+        cell(self.table, row, 3).setText(f"{fmt_bytes(event.rate)}/s" if event.rate else "")
+        cell(self.table, row, 4).setText("" if event.eta_s is None else fmt_duration(event.eta_s))
 
     def _set_bar(self, row: int, received: int, total: int) -> None:
         bar = self.table.cellWidget(row, 2)
@@ -242,12 +207,3 @@ class DownloadsPage(QtWidgets.QWidget):
         """(value, maximum) of the job's progress bar, in KiB."""
         bar = self.findChild(QtWidgets.QProgressBar, f"progress:{job_id}")
         return (bar.value(), bar.maximum()) if bar is not None else (0, 0)
-
-
-def _eta(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    s = int(seconds)
-    if s >= 3600:
-        return f"{s // 3600} h {s % 3600 // 60:02d} min"
-    return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"

@@ -13,12 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.fit_badge import fmt_bytes, fmt_count
 from app.qt import QtCore, QtGui, QtWidgets, Signal
 from app.services.drafts import compatible_drafts
 from app.services.models import ModelServices
 from app.services.outcome import Inbox, on_result
+from app.widgets import read_only_table
 from runtime.library.library import LibraryModel
+from runtime.quality.quantize import QuantRecipe, default_output_path, quantize
+from runtime.units import fmt_bytes, fmt_count
 
 # Short headers, as a column is as wide as its header or values: the Model column shows names
 # whole, Repository takes what is left; the headers' tooltips say the rest.
@@ -54,14 +56,6 @@ def choose_draft_type(parent: QtWidgets.QWidget, model: LibraryModel) -> str | N
     return kind if ok else None
 
 
-def _quantize_available() -> bool:
-    try:
-        import runtime.quality.quantize  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 class LibraryPage(QtWidgets.QWidget):
     """Signals:
         load_requested(LoadSettings): Load, with the model's remembered settings
@@ -90,17 +84,7 @@ class LibraryPage(QtWidgets.QWidget):
         self._cancel_draft: threading.Event | None = None
         self.setAcceptDrops(True)
 
-        self.table = QtWidgets.QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(list(COLUMNS))
-        for title, tip in HEADER_TIPS.items():
-            self.table.horizontalHeaderItem(COLUMNS.index(title)).setToolTip(tip)
-        self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QtWidgets.QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.verticalHeader().setVisible(False)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(1, QtWidgets.QHeaderView.ResizeMode.Stretch)  # Repository
+        self.table = read_only_table(COLUMNS, stretch=1, tips=HEADER_TIPS)  # Repository
         self.buttons: dict[str, QtWidgets.QPushButton] = {}
         bar = QtWidgets.QHBoxLayout()
         for key, label in (("load", "Load"), ("settings", "Settings…"), ("delete", "Delete…"),
@@ -135,9 +119,6 @@ class LibraryPage(QtWidgets.QWidget):
         self.buttons["reveal"].clicked.connect(self._on_reveal)
         self.buttons["import"].clicked.connect(self._on_import)
         self.buttons["draft"].clicked.connect(self._on_make_draft)
-        if not _quantize_available():
-            self.buttons["draft"].setToolTip("Needs the quantizer (runtime.quality.quantize), which this "
-                                             "build lacks")
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self.table.cellActivated.connect(lambda _r, _c: self._on_load())
         self._progress_inbox = Inbox(self)  # the quantizer's thread → the GUI thread
@@ -198,7 +179,7 @@ class LibraryPage(QtWidgets.QWidget):
             self.buttons[key].setEnabled(usable)
         for key in ("delete", "reveal"):
             self.buttons[key].setEnabled(model is not None)
-        if not _quantize_available() or self._cancel_draft is not None:
+        if self._cancel_draft is not None:
             self.buttons["draft"].setEnabled(False)
 
     # -- actions ---------------------------------------------------------------------------
@@ -282,8 +263,6 @@ class LibraryPage(QtWidgets.QWidget):
 
     def make_draft(self, model: LibraryModel, kind: str) -> None:
         """Quantize `model` to `kind` beside it (a worker process does the work)."""
-        from runtime.quality.quantize import QuantRecipe, default_output_path, quantize
-
         cancel = threading.Event()
         self._cancel_draft = cancel
         self.services.cancel_events.add(cancel)  # an app exit stops it too

@@ -13,16 +13,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.fit_badge import BADGE_ROLE, badge_text, badge_tooltip, fmt_bytes, fmt_count
+from app.fit_badge import BADGE_ROLE, badge_text, badge_tooltip
 from app.qt import Qt, QtGui, QtWidgets, Signal
 from app.services.models import ModelServices
 from app.services.outcome import on_result
 from app.token_dialog import TokenPrompt, ask_token
+from app.widgets import cell, read_only_table
 from runtime.downloads.manager import DownloadJob
 from runtime.hub.client import Hub, RepoDetails
 from runtime.hub.quants import QuantEntry, QuantListing, list_quants
 from runtime.settings.load import LoadSettings
 from runtime.settings.user import AppSettings
+from runtime.units import fmt_bytes, fmt_count
 
 COLUMNS = ("Quant", "Bits/weight", "Size", "Fit", "File", "")
 _COLORS = {"ok": "#1a7f37", "warn": "#9a6700", "accent": "#3b6fd8", "error_text": "#cf222e"}
@@ -92,13 +94,7 @@ class RepoPage(QtWidgets.QWidget):
         status_row.addWidget(self.status, 1)
         status_row.addWidget(self.token_button)
 
-        self.table = QtWidgets.QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(list(COLUMNS))
-        self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.verticalHeader().setVisible(False)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(4, QtWidgets.QHeaderView.ResizeMode.Stretch)
+        self.table = read_only_table(COLUMNS, stretch=4)  # File
 
         layout = QtWidgets.QVBoxLayout(self)
         layout.addLayout(head)
@@ -240,9 +236,9 @@ class RepoPage(QtWidgets.QWidget):
         for r in range(self.table.rowCount()):
             button = self.table.cellWidget(r, 5)
             text = button.text() if isinstance(button, QtWidgets.QPushButton) else ""
-            out.append({"quant": self.table.item(r, 0).text(), "fit": self.table.item(r, 3).text(),
-                        "tooltip": self.table.item(r, 3).toolTip(),
-                        "file": self.table.item(r, 4).text(), "button": text})
+            out.append({"quant": cell(self.table, r, 0).text(), "fit": cell(self.table, r, 3).text(),
+                        "tooltip": cell(self.table, r, 3).toolTip(),
+                        "file": cell(self.table, r, 4).text(), "button": text})
         return out
 
     def button_for(self, name: str) -> QtWidgets.QPushButton:

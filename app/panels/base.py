@@ -20,7 +20,6 @@ from app.qt import Qt, QtWidgets
 from app.theme import Palette
 from app.widgets import ElidedLabel
 
-MIB = 1 << 20
 PLOT_HEIGHT = 118
 WINDOW_S = 120  # the time plots show at most the last two minutes …
 MIN_SPAN_S = 30  # … and at least half a minute
@@ -32,15 +31,6 @@ HEADROOM = 1.05  # the top tick sits at least 5 % above the data …
 TOP_ROOM = 0.15  # … and the view reaches 15 % above the top tick, so that its label (drawn
 #                  centred on the tick, half of it above) fits: ~10 px of a time plot's ~78,
 #                  for half a label's ~7 (pyqtgraph drops a label that would stick out).
-
-
-def fmt_bytes(n: float) -> str:
-    """Human bytes: MiB below 10 GiB, GiB above.
-
-    >>> fmt_bytes(98 * MIB), fmt_bytes(24 * 1024 * MIB)
-    ('98 MiB', '24.0 GiB')
-    """
-    return f"{n / MIB:,.0f} MiB" if n < 10 * 1024 * MIB else f"{n / (1024 * MIB):,.1f} GiB"
 
 
 def legend_html(entries: Iterable[tuple[str, str]], mark: str = "━━") -> str:

@@ -4,14 +4,23 @@ the window should appear before that."""
 
 from __future__ import annotations
 
-from app.chat.conversation import Message
-from app.engine.wire import MetricsSnapshot, ModelInfo
+from typing import Any, Protocol
+
+from app.engine.wire import MetricsSnapshot, ServedModel
 from app.panels.memory import MemoryPanel
 from app.panels.speculative import SpeculativePanel
 from app.panels.speed import SpeedPanel
 from app.qt import Qt, QtWidgets
 from app.theme import Palette
 from runtime.events import StepStats
+
+
+class FinishedReply(Protocol):
+    """What the dock reads of a finished reply (the chat's `Message`): its footer statistics.
+    A protocol, not the chat's class: the panels import no other page (pages import
+    services, never each other)."""
+
+    stats: dict[str, Any]
 
 
 class LivePanels(QtWidgets.QDockWidget):
@@ -55,7 +64,7 @@ class LivePanels(QtWidgets.QDockWidget):
         for panel in (self.memory, self.speed, self.speculative):
             panel.set_palette(palette)
 
-    def on_model(self, model: ModelInfo | None) -> None:
+    def on_model(self, model: ServedModel | None) -> None:
         self.speculative.set_model(model)
 
     def on_step(self, step: StepStats) -> None:
@@ -67,5 +76,6 @@ class LivePanels(QtWidgets.QDockWidget):
         else:
             self.speculative.end_reply()
 
-    def on_reply_finished(self, message: Message) -> None:
+    def on_reply_finished(self, message: FinishedReply) -> None:
         self.speed.update_reply(message.stats)
+        self.speculative.update_reply(message.stats)  # the footer's figures, as it shows them

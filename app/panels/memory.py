@@ -14,10 +14,8 @@ import pyqtgraph as pg
 
 from app.engine.wire import DeviceMemory, MetricsSnapshot
 from app.panels.base import (
-    MIB,
     PLOT_HEIGHT,
     Panel,
-    fmt_bytes,
     legend_html,
     legend_label,
     pin_y_range,
@@ -25,6 +23,7 @@ from app.panels.base import (
 )
 from app.qt import QtWidgets
 from app.theme import Palette
+from runtime.units import MIB, fmt_bytes
 
 BAR = 0.32
 MIN_TOP_MIB = 100.0  # both plots show at least 0 … 100 MiB (before the first snapshot)

@@ -1,16 +1,24 @@
 """Speculative panel: acceptance rate over time, mean accepted length, current k, drafted /
 accepted, predicted vs measured speedup, and why drafting is off when it is.
 
-Two sources: the engine's rolling metrics (once a second) and the per-round `StepStats` of
-the reply being written (more precise while it streams). The predicted speedup is the
-formula (1 − α^(k+1)) / ((1 − α)(k·c + 1)) the engine evaluates; measured is its timing.
+Two sources, kept apart. The reply rows (Acceptance, Accepted, Per round, Speedup) are the
+chat reply's, whole: while it streams, from the last `StepStats` (which carries the reply's
+running counts), and once it ended, from its footer — the same numbers the footer and the
+`/v1` stream show. The Now row and the plot are the engine's rolling metrics (once a second:
+the last few seconds, every sequence, server clients too). Mixing them is how one reply's
+footer said "acceptance 92% (11/12 drafted)" while this panel said "Acceptance 88%" (the
+rolling window) and "Accepted 4 / 4" (the sum of the rounds that reached it, when the server
+had sent only the last round of each burst). Every figure is computed in the engine with
+`runtime.speculative.stats`; the predicted speedup is its formula (1 − α^(k+1)) /
+((1 − α)(k·c + 1)) at the per-position α, measured is the reply's timing.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
-from app.engine.wire import MetricsSnapshot, ModelInfo
+from app.engine.wire import MetricsSnapshot, ServedModel
 from app.panels.base import Panel
 from app.qt import QtWidgets
 from app.theme import Palette
@@ -21,7 +29,7 @@ NO_DRAFT = "no drafter loaded (choose a draft model or n-gram lookup in Settings
 WAITING = "waiting for the first speculative round"
 STEP_REPAINT_MS = 100
 FULL = 100.0  # % acceptance: the y axis is always 0 … 100
-SHOWN = ("acceptance", "k", "counts", "mean_len", "speedup")  # what a new load clears
+SHOWN = ("acceptance", "k", "counts", "mean_len", "speedup", "now")  # what a new load clears
 
 
 def drafting_state(drafter: str | None, refused: str | None, off_reason: str | None,
@@ -70,24 +78,24 @@ class SpeculativePanel(Panel):
         self.add_value("acceptance", "Acceptance")
         self.add_value("k", "Draft k")
         self.add_value("counts", "Accepted", wide=True)
-        self.add_value("mean_len", "Per step", wide=True)  # the mean accepted length
+        self.add_value("mean_len", "Per round", wide=True)  # the mean accepted length
         self.add_value("speedup", "Speedup", wide=True)
+        self.add_value("now", "Now", wide=True)  # the engine's rolling window, not the reply
         self.add_value("state", "Drafting", wide=True)
         self.plot.setLabel("left", "%")
         self.add_curve("acceptance", "acceptance", 2)
         self.finish_layout()
-        self._drafted = 0
-        self._accepted = 0
-        self._model: ModelInfo | None = None
+        self._model: ServedModel | None = None
         self.rounds_seen = False
         self._off_reason: str | None = None  # the latest the engine gave (metrics or a round)
         self._replying = False  # a reply of this app's chat is being written …
         self._active = 0  # … or the engine runs sequences (this chat's, or a server client's)
         self._last_step: StepStats | None = None
+        self._predicted: float | None = None  # the reply's last round's
         self._step_throttle = Throttle(self._show_step, STEP_REPAINT_MS, self)
         self._show_state()
 
-    def set_model(self, model: ModelInfo | None) -> None:
+    def set_model(self, model: ServedModel | None) -> None:
         """The loaded model (its drafter: None, "ngram" or a draft model's name). The engine
         client sends None before every load, and may send the same load again with new
         measurements: only a new load starts over."""
@@ -111,21 +119,23 @@ class SpeculativePanel(Panel):
         self._off_reason = snapshot.drafting_off_reason
         if snapshot.acceptance_rate is not None:  # rounds in the engine's rolling window
             self.rounds_seen = True
-            self.set_value("acceptance", f"{snapshot.acceptance_rate:.0%}")
+            now = f"{snapshot.acceptance_rate:.0%} accepted"
             if snapshot.mean_accepted_length is not None:
-                self.set_value("mean_len", f"{snapshot.mean_accepted_length:.2f} tokens")
+                now += f" · {snapshot.mean_accepted_length:.2f} per round"
+            self.set_value("now", now)
             if snapshot.draft_k is not None:
                 self.set_value("k", str(snapshot.draft_k))
             self.record("acceptance", snapshot.time, snapshot.acceptance_rate * 100)
+        elif self.rounds_seen:
+            self.set_value("now", "no rounds")
         self._show_state()
         self.redraw(snapshot.time)
 
     def update_step(self, step: StepStats) -> None:
         """One speculative round of the reply being written (drawn at most ten times a
-        second: rounds can come a thousand times a second). A round with nothing drafted
-        only says that drafting switched off or on."""
-        self._drafted += step.drafted
-        self._accepted += step.accepted
+        second: rounds can come a thousand times a second). Only the last matters: it
+        carries the reply's counts so far. A round with nothing drafted only says that
+        drafting switched off or on."""
         self._last_step = step
         self._step_throttle()
 
@@ -134,21 +144,41 @@ class SpeculativePanel(Panel):
         if step is None:
             return
         self._off_reason = step.drafting_off_reason
-        if self._drafted:
+        if step.reply_drafted:
             self.rounds_seen = True
-            self.set_value("acceptance", f"{step.acceptance_rate:.0%}")
-            self.set_value("mean_len", f"{step.mean_accepted_length:.2f} tokens")
-            self.set_value("k", str(step.k))
-            self.set_value("counts", f"{self._accepted:,} / {self._drafted:,} drafted")
-            self.set_value("speedup", f"predicted {step.predicted_speedup:.2f}× · "
-                                      f"measured {step.measured_speedup:.2f}×")
+            if step.k:
+                self.set_value("k", str(step.k))
+                self._predicted = step.predicted_speedup
+            self._show_reply(step.reply_accepted, step.reply_drafted, step.acceptance_rate,
+                             step.mean_accepted_length, step.measured_speedup)
         self._show_state()
 
+    def _show_reply(self, accepted: int, drafted: int, rate: float, mean_len: float | None,
+                    measured: float | None) -> None:
+        self.set_value("acceptance", f"{rate:.0%}")
+        self.set_value("counts", f"{accepted:,} / {drafted:,} drafted")
+        if mean_len is not None:
+            self.set_value("mean_len", f"{mean_len:.2f} tokens")
+        if measured is not None:
+            predicted = f"predicted {self._predicted:.2f}× · " if self._predicted else ""
+            self.set_value("speedup", f"{predicted}measured {measured:.2f}×")
+
+    def update_reply(self, stats: dict[str, Any]) -> None:
+        """The reply ended with these footer statistics (`Message.stats`): show the reply's
+        figures exactly as its footer does. Without them (stopped, failed) the last round's
+        stay."""
+        drafted = stats.get("drafted")
+        if not drafted:
+            return
+        self._show_reply(int(stats.get("accepted", 0)), int(drafted),
+                         float(stats.get("acceptance_rate", 0.0)),
+                         stats.get("mean_accepted_length"), stats.get("measured_speedup"))
+
     def reset_reply(self) -> None:
-        """A new reply starts: drafted / accepted count from zero again."""
+        """A new reply starts: its rounds replace the last reply's numbers as they come."""
         self._step_throttle.flush()
-        self._drafted = self._accepted = 0
         self._last_step = None
+        self._predicted = None
         self._replying = True
         self._show_state()
         self.redraw(time.time())

@@ -9,18 +9,9 @@ from app.engine.wire import MetricsSnapshot
 from app.panels.base import Panel
 from app.qt import QtWidgets
 from app.theme import Palette
+from runtime.units import fmt_latency, fmt_rate
 
 MIN_TOP = 10.0  # tok/s: the y axis shows at least 0 … 10 (round ticks while idle)
-
-
-def fmt_rate(tokens_per_s: float) -> str:
-    """Tokens per second, with a decimal only where it matters (and where it fits: a GPU's
-    prefill rate runs to five digits).
-
-    >>> fmt_rate(67.62), fmt_rate(12345.6)
-    ('67.6 tok/s', '12,346 tok/s')
-    """
-    return f"{tokens_per_s:,.{1 if tokens_per_s < 100 else 0}f} tok/s"
 
 
 class SpeedPanel(Panel):
@@ -48,4 +39,4 @@ class SpeedPanel(Panel):
         """A reply finished: show its time to first token."""
         ttft = stats.get("ttft_s")
         if ttft is not None:
-            self.set_value("ttft", f"{ttft * 1000:,.0f} ms" if ttft < 1 else f"{ttft:.2f} s")
+            self.set_value("ttft", fmt_latency(ttft))

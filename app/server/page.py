@@ -13,6 +13,7 @@ from pathlib import Path
 from app.engine.client import EngineClient, EngineState
 from app.engine.process import EngineExit, EngineListen, engine_logs
 from app.qt import Qt, QtGui, QtWidgets
+from app.widgets import muted_label, page_column
 from runtime.settings.user import AppSettings
 
 LOG_TAIL_BYTES = 256 * 1024
@@ -51,19 +52,11 @@ class ServerPage(QtWidgets.QWidget):
         self._log_dir = log_dir
         self._reveal = False
         self._wants_network = False
-        outer = QtWidgets.QVBoxLayout(self)
-        outer.setContentsMargins(28, 22, 28, 22)
-        outer.setSpacing(14)
-        title = QtWidgets.QLabel("Engine server")
-        title.setObjectName("pageTitle")
-        outer.addWidget(title)
-        intro = QtWidgets.QLabel(
+        outer = page_column(
+            self, "Engine server",
             "Models run in a separate engine process, so a crash there never takes your chats "
             "with it. The same OpenAI-compatible server can be used by other tools on this "
-            "machine while Outrider runs.")
-        intro.setObjectName("muted")
-        intro.setWordWrap(True)
-        outer.addWidget(intro)
+            "machine while Outrider runs.", margins=(28, 22, 28, 22), spacing=14)
 
         card = QtWidgets.QFrame()
         card.setObjectName("card")
@@ -97,9 +90,7 @@ class ServerPage(QtWidgets.QWidget):
         self.example_label.setObjectName("muted")
         self.example_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         form.addRow("Try it", self.example_label)
-        self.config_label = QtWidgets.QLabel()
-        self.config_label.setObjectName("muted")
-        self.config_label.setWordWrap(True)
+        self.config_label = muted_label()
         form.addRow("Settings", self.config_label)
         outer.addWidget(card)
 

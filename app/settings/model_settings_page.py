@@ -21,8 +21,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from app.models.downloads_page import explain
 from app.qt import QtCore, QtWidgets, Signal
+from app.services.download_advice import explain
 from app.services.drafts import judge_drafts
 from app.services.models import ModelServices
 from app.services.outcome import on_result

@@ -3,14 +3,15 @@ device against its free memory, the largest context that fits, and the planner's
 
     view = PlanView()
     view.show_plan(plan_memory(info, settings, devices), n_ctx_train=info.n_ctx_train)
-    view.value("kv")        # the text shown for the KV cache, e.g. '48.00 MiB'
+    view.value("kv")        # the text shown for the KV cache, e.g. '48.0 MiB (4,096 cells)'
 """
 
 from __future__ import annotations
 
-from app.fit_badge import BADGE_ROLE, badge_text, fmt_bytes
+from app.fit_badge import BADGE_ROLE, badge_text
 from app.qt import Qt, QtWidgets
 from runtime.planner.plan import KV_CELL_PAD, MemoryPlan
+from runtime.units import fmt_bytes
 
 ROWS = (("weights", "Weights"), ("kv", "KV cache"), ("compute", "Compute buffers"),
         ("overhead", "Other"), ("total", "Total"), ("max_context", "Largest context that fits"),

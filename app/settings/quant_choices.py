@@ -12,10 +12,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.fit_badge import fmt_bytes
 from runtime.hub.client import RepoDetails, RepoFile
 from runtime.hub.quants import group_gguf_files, quant_from_name
 from runtime.library.library import LibraryModel
+from runtime.units import fmt_bytes
 
 
 @dataclass(frozen=True)

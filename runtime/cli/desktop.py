@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtime.atomic_file import write_bytes
 from runtime.errors import DesktopEntryError
 
 DESKTOP_ID = "outrider"  # app/main.py sets the same desktop file name on the QApplication
@@ -43,7 +44,7 @@ class DesktopEntry:
 def packaging_dir() -> Path:
     """`packaging/` beside `runtime/`: in a source checkout, and inside the bundle, whose spec
     copies the desktop file and icons to the same relative place."""
-    return Path(__file__).resolve().parent.parent / "packaging"
+    return Path(__file__).resolve().parents[2] / "packaging"
 
 
 def data_home(env: Mapping[str, str] | None = None) -> Path:
@@ -63,7 +64,7 @@ def app_command() -> tuple[list[str], Path | None]:
     script = Path(sys.executable).parent / ("outrider-app.exe" if os.name == "nt" else "outrider-app")
     if script.is_file():
         return [str(script)], None
-    return [sys.executable, "-m", "app.main"], Path(__file__).resolve().parent.parent
+    return [sys.executable, "-m", "app.main"], Path(__file__).resolve().parents[2]
 
 
 def exec_value(argv: Sequence[str]) -> str:
@@ -134,11 +135,11 @@ def install_desktop_entry(target: Path, argv: Sequence[str], workdir: Path | Non
     try:
         desktop_file.parent.mkdir(parents=True, exist_ok=True)
         text = render_entry(template_path.read_text(encoding="utf-8"), argv, workdir)
-        _write_atomically(desktop_file, text.encode("utf-8"))
+        write_bytes(desktop_file, text.encode("utf-8"))  # a menu never reads half a file
         for src, rel in icons:
             dest = target / "icons" / "hicolor" / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomically(dest, src.read_bytes())
+            write_bytes(dest, src.read_bytes())
             written.append(dest)
     except OSError as exc:
         raise DesktopEntryError(f"Could not write under {target}: {exc.strerror or exc}") from exc
@@ -153,13 +154,6 @@ def remove_desktop_entry(target: Path) -> list[Path]:
     for path in removed:
         path.unlink()
     return removed
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    # A menu scanning the folder must never read half a file.
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def register(subparsers: Any) -> None:

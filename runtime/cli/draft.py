@@ -7,7 +7,7 @@ it passes the compatibility check by construction.
 
     $ outrider draft make ~/models/Qwen2.5-7B-Instruct.F16.gguf --type Q4_0
     [##########] 339/339 tensors
-    wrote Qwen2.5-7B-Instruct.Q4_0.gguf (4.1 GiB) next to the target
+    wrote Qwen2.5-7B-Instruct.Q4_0.gguf (4.13 GiB) next to the target
     use it: outrider run Qwen2.5-7B-Instruct.F16.gguf --draft Qwen2.5-7B-Instruct.Q4_0.gguf
 
 A target that is already quantized (Q8_0, Q4_1 …) is refused unless `--allow-requantize`:
@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.quality.quantize import QuantProgress, QuantRecipe, default_output_path, quantize
-
-MIB = 1 << 20
+from runtime.units import fmt_bytes
 
 
 def register(subparsers: Any) -> None:
@@ -70,10 +69,6 @@ def _make(args: argparse.Namespace) -> int:
                      threads=args.threads, on_progress=progress)
     err.write("\n")
     where = "next to the target" if dst.parent == model.parent else f"in {dst.parent}"
-    print(f"wrote {dst.name} ({_size(dst.stat().st_size)}) {where}")
+    print(f"wrote {dst.name} ({fmt_bytes(dst.stat().st_size)}) {where}")
     print(f"use it: outrider run {model} --draft {dst}")
     return 0
-
-
-def _size(n: int) -> str:
-    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n / MIB:.1f} MiB"

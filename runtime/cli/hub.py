@@ -47,7 +47,10 @@ from runtime.hub.quants import (
     quant_from_name,
 )
 from runtime.library.library import Library
+from runtime.paths import user_dirs
 from runtime.settings.load import KV_CACHE_TYPES, LoadSettings
+from runtime.settings.user import SettingsStore
+from runtime.units import fmt_bytes, fmt_duration
 
 _VERDICTS = {"full_gpu": "Full GPU", "partial": "Partial", "cpu_only": "CPU only",
              "wont_fit": "Won't fit"}
@@ -114,10 +117,6 @@ class _Defaults:
 
 
 def _defaults() -> _Defaults:
-    try:
-        from runtime.settings.user import SettingsStore
-    except ImportError:
-        return _Defaults()
     s = SettingsStore().load()  # a broken settings file is a SettingsError, said as such
     return _Defaults(endpoint=s.hub.endpoint, token=s.hf_token.reveal() if s.hf_token else None,
                      preferred=s.hub.preferred_quant, parallel=s.hub.parallel_downloads,
@@ -126,8 +125,6 @@ def _defaults() -> _Defaults:
 
 
 def _hub(d: _Defaults, token: str | None = None) -> Hub:
-    from runtime.paths import user_dirs
-
     return Hub(token=token or d.token, endpoint=d.endpoint, cache_dir=user_dirs().cache)
 
 
@@ -178,7 +175,7 @@ def run_show(args: argparse.Namespace) -> int:
         bpw = f"{e.bits_per_weight:.2f}" if e.bits_per_weight else "?"
         quant = e.quant if e.quant_source == "header" else f"{e.quant}?"
         files = e.name if len(e.files) == 1 else f"{e.name} ({len(e.files)} parts)"
-        rows.append((mark, quant, _size(e.size), bpw, _verdict(e), _memory(e), files))
+        rows.append((mark, quant, fmt_bytes(e.size), bpw, _verdict(e), _memory(e), files))
     _table(rows, sys.stdout)
     for e in listing.entries:
         if e.error:
@@ -205,8 +202,8 @@ def _verdict(e: QuantEntry) -> str:
 def _memory(e: QuantEntry) -> str:
     if not e.fit:
         return "?"
-    return (f"{_size(e.fit.get('total', 0))} (w {_size(e.fit.get('weights', 0))}, "
-            f"kv {_size(e.fit.get('kv', 0))}, c {_size(e.fit.get('compute', 0))})")
+    return (f"{fmt_bytes(e.fit.get('total', 0))} (w {fmt_bytes(e.fit.get('weights', 0))}, "
+            f"kv {fmt_bytes(e.fit.get('kv', 0))}, c {fmt_bytes(e.fit.get('compute', 0))})")
 
 
 def _listing_json(listing: QuantListing) -> dict[str, Any]:
@@ -337,9 +334,9 @@ def _bar(p: DownloadProgress, width: int = 24) -> str:
     total = p.total or 0
     frac = p.received / total if total else 0.0
     filled = int(frac * width)
-    eta = f"{p.eta_s:,.0f} s" if p.eta_s is not None else "?"
+    eta = fmt_duration(p.eta_s) if p.eta_s is not None else "?"
     return (f"{p.filename[:40]:40} [{'#' * filled}{'.' * (width - filled)}] {frac * 100:5.1f}% "
-            f"{_size(p.received)}/{_size(total)} {_size(p.rate)}/s ETA {eta}")
+            f"{fmt_bytes(p.received)}/{fmt_bytes(total)} {fmt_bytes(p.rate)}/s ETA {eta}")
 
 
 # -- ls / rm ----------------------------------------------------------------------------------
@@ -360,7 +357,7 @@ def run_ls(args: argparse.Namespace) -> int:
     rows = [("MODEL", "QUANT", "SIZE", "WHERE")]
     for m in models:
         where = "library" if m.source == "library" else m.source
-        rows.append((m.id, m.quant or ("?" if m.error is None else "unreadable"), _size(m.size), where))
+        rows.append((m.id, m.quant or ("?" if m.error is None else "unreadable"), fmt_bytes(m.size), where))
     _table(rows, sys.stdout)
     return 0
 
@@ -371,7 +368,7 @@ def run_rm(args: argparse.Namespace) -> int:
     if not args.yes:
         if not sys.stdin.isatty():
             raise OutriderError(f"not deleting {model.id} without --yes")
-        answer = input(f"delete {model.id} ({_size(model.size)})? [y/N] ")
+        answer = input(f"delete {model.id} ({fmt_bytes(model.size)})? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("kept")
             return 1
@@ -381,14 +378,6 @@ def run_rm(args: argparse.Namespace) -> int:
 
 
 # -- formatting -------------------------------------------------------------------------------
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def _table(rows: Sequence[tuple[str, ...]], out: TextIO) -> None:

@@ -4,7 +4,7 @@ MODEL is a local .gguf (any part of a split set) or an http(s) URL, read with ra
 requests (only the header travels). Both print for people, or JSON with `--json`.
 
     $ outrider plan SmolLM2-135M-Instruct.Q4_1.gguf --ctx 8192 --kv-k q8_0 --kv-v q8_0
-    CPU only: 304 MiB (weights 92 MiB, KV 96 MiB, compute 98 MiB, other 18 MiB); max context 8,192
+    CPU only: 304 MiB (weights 92.1 MiB, KV 95.6 MiB, compute 98.4 MiB, other 17.4 MiB); max context 8,192
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runtime.gguf.info import ModelInfo, read_model_info, read_remote_model_info
+from runtime.gguf.info import ModelInfo, read_model_info
+from runtime.gguf.remote import read_remote_model_info
 from runtime.planner.devices import list_devices
 from runtime.planner.plan import MemoryPlan, plan_memory
 from runtime.sampling.native import native_status
 from runtime.settings.load import KV_CACHE_TYPES, LoadSettings
-
-MIB = 1 << 20
+from runtime.units import MIB, fmt_bytes, fmt_count
 
 
 def register(subparsers: Any) -> None:
@@ -87,9 +87,9 @@ def format_info(info: ModelInfo) -> str:
         ("name", info.name),
         ("architecture", f"{info.architecture}, {info.block_count} layers, {info.n_embd} wide, "
                          f"{heads}"),
-        ("parameters", f"{_count(info.n_params)}, {info.quant} "
+        ("parameters", f"{fmt_count(info.n_params)}, {info.quant} "
                        f"({info.bits_per_weight:.2f} bits per weight)"),
-        ("tensors", f"{info.tensor_bytes / MIB:,.1f} MiB"
+        ("tensors", fmt_bytes(info.tensor_bytes)
                     + (f" in {info.split_count} files" if info.split_count > 1 else "")),
         ("context", f"{info.n_ctx_train:,} tokens trained"),
         ("vocabulary", f"{info.n_vocab:,} tokens ({info.tokenizer_model or '?'}"
@@ -129,9 +129,3 @@ def format_plan(plan: MemoryPlan, settings: LoadSettings) -> str:
 def _default_ctx(info: ModelInfo) -> int:
     return min(4096, info.n_ctx_train) if info.n_ctx_train >= 16 else 4096
 
-
-def _count(n: int) -> str:
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= scale:
-            return f"{n / scale:,.1f} {unit}"
-    return str(n)

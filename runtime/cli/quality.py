@@ -1,8 +1,8 @@
 """`outrider quantize`, `outrider eval` and `outrider bench`: make a quant, measure its
 quality, measure speed and memory on this machine.
 
-    $ outrider quantize m.F16.gguf --type Q4_K_M --embeddings Q8_0 --output Q8_0 \\
-          --edge-layers 2:Q6_K --override 'attn_v=Q6_K'
+    $ outrider quantize m.F16.gguf --type Q4_K_M --embeddings-type Q8_0 --output-type Q8_0 \\
+          --edge-layers 2:Q6_K --override 'attn_v=Q6_K' -o m.Q4_K_M-mixed.gguf
     $ outrider eval m.F16.gguf --save-kld-base f16.npz --ctx 512
     $ outrider eval m.Q4_K_M-mixed.gguf --kld-base f16.npz
     PPL 17.42 ± 0.31 (+2.10% vs reference) · KLD 0.0412 · same top token 91.3%
@@ -21,17 +21,28 @@ from typing import Any
 
 from runtime.errors import SettingsError
 from runtime.settings.load import KV_CACHE_TYPES
+from runtime.units import fmt_bytes
 
 
 def register(subparsers: Any) -> None:
+    # `-o/--out` is the file, `--output-type` the output tensor's type. A user who types
+    # `--output out.gguf` means the file: `_Misnamed` says so, and allow_abbrev=False keeps
+    # argparse from reading a prefix such as `--output-t` or `--emb` as a tensor-type flag.
     q = subparsers.add_parser("quantize", help="make a GGUF of another quant level",
                               description="Quantize a GGUF with llama.cpp, with an optional "
-                              "mixed-precision recipe. The output appears only when complete.")
+                              "mixed-precision recipe. The output appears only when complete.",
+                              allow_abbrev=False)
     q.add_argument("model", type=Path, help="the source .gguf (F16/BF16/F32 ideally)")
     q.add_argument("--type", required=True, help="quant level: Q8_0, Q6_K, Q5_K_M, Q4_K_M, "
                    "Q4_0, Q3_K_M, Q2_K, IQ4_XS ... (IQ2/IQ1 types need --imatrix)")
-    q.add_argument("--embeddings", help="token-embedding tensor type (e.g. Q8_0, F16)")
-    q.add_argument("--output", help="output tensor type (e.g. Q8_0, F16)")
+    q.add_argument("--embeddings-type", metavar="TYPE",
+                   help="token-embedding tensor type (e.g. Q8_0, F16)")
+    q.add_argument("--output-type", metavar="TYPE",
+                   help="output (lm_head) tensor type (e.g. Q8_0, F16)")
+    q.add_argument("--output", action=_Misnamed, help=argparse.SUPPRESS,
+                   hint="for the file use -o/--out; the output tensor type is --output-type")
+    q.add_argument("--embeddings", action=_Misnamed, help=argparse.SUPPRESS,
+                   hint="the token-embedding tensor type is --embeddings-type")
     q.add_argument("--edge-layers", help="N:TYPE — the first and last N blocks at TYPE")
     q.add_argument("--override", action="append", default=[], metavar="REGEX=TYPE",
                    help="tensor type by name pattern, first match wins (repeatable)")
@@ -78,6 +89,20 @@ def register(subparsers: Any) -> None:
     b.set_defaults(handler=run_bench)
 
 
+class _Misnamed(argparse.Action):
+    """A flag's old or likely-mistaken name (`--output`, `--embeddings`): refused, naming
+    the right one, instead of being read as something the user did not mean."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, hint: str,
+                 **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.hint = hint
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        raise argparse.ArgumentError(self, self.hint)
+
+
 def run_quantize(args: argparse.Namespace) -> int:
     from runtime.quality.quantize import (
         QuantProgress,
@@ -89,7 +114,7 @@ def run_quantize(args: argparse.Namespace) -> int:
     )
 
     recipe = QuantRecipe(
-        ftype=args.type, embeddings=args.embeddings, output=args.output,
+        ftype=args.type, embeddings=args.embeddings_type, output=args.output_type,
         edge_layers=parse_edge_layers(args.edge_layers) if args.edge_layers else None,
         overrides=tuple(parse_override(o) for o in args.override), imatrix=args.imatrix,
         allow_requantize=args.allow_requantize, n_threads=args.threads)
@@ -111,7 +136,7 @@ def run_quantize(args: argparse.Namespace) -> int:
                 print(file=sys.stderr)
             for w in caught:
                 print(f"warning: {w.message}", file=sys.stderr)
-    print(f"{path} ({path.stat().st_size / (1 << 20):.1f} MiB)")
+    print(f"{path} ({fmt_bytes(path.stat().st_size)})")
     return 0
 
 
@@ -166,28 +191,8 @@ def _ints_or_none(text: str, none_word: str) -> tuple[int | None, ...]:
         raise SettingsError(f"expected numbers or {none_word!r}, got {text!r}") from exc
 
 
-def bench_engine() -> Any:
-    """The engine as `outrider serve` builds it: drafting and automatic GPU layers wired in
-    where those parts are installed, so the sweep measures what the app would do."""
-    from runtime.engine.engine import Engine
-
-    kwargs: dict[str, Any] = {}
-    try:
-        from runtime.speculative.speculation import Speculation
-
-        kwargs["speculation"] = Speculation()
-    except ImportError:
-        pass
-    try:
-        from runtime.server.metrics import planned_gpu_layers
-
-        kwargs["plan_gpu_layers"] = planned_gpu_layers
-    except ImportError:
-        pass
-    return Engine(**kwargs)
-
-
 def run_bench(args: argparse.Namespace) -> int:
+    from runtime.engine.build import build_engine
     from runtime.paths import user_dirs
     from runtime.quality.bench import (
         SweepSpec,
@@ -224,7 +229,7 @@ def run_bench(args: argparse.Namespace) -> int:
     def on_row(row: Any) -> None:
         print("  " + " | ".join(c for c in format_row(row) if c), file=sys.stderr, flush=True)
 
-    rows = run_sweep(bench_engine, args.model, points, prompt, n_gen=args.gen_tokens,
+    rows = run_sweep(build_engine, args.model, points, prompt, n_gen=args.gen_tokens,
                      draft_model=args.draft_model, on_row=on_row)
     print(format_table(rows))
     csv_path, json_path = save_results(rows, args.model, args.out or user_dirs().data / "bench",

@@ -3,7 +3,7 @@
     $ outrider run default -p "What is the capital of France?"
     The capital of France is Paris.
 
-    TTFT 0.21 s · prefill 176.2 tok/s · decode 61.8 tok/s · 8 tokens (stop)
+    TTFT 210 ms · prefill 176 tok/s · decode 61.8 tok/s · 8 tokens (stop)
 
 With a draft (`--draft DRAFT.gguf` or `--draft ngram`) the reply is decoded speculatively
 (lossless: the same distribution as without) and the statistics add drafted and accepted
@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
+from runtime.engine.api import LoadedModel
+from runtime.engine.build import build_engine
 from runtime.engine.engine import Engine, RequestHandle
 from runtime.errors import OutriderError, SettingsError
 from runtime.events import (
@@ -36,6 +38,7 @@ from runtime.events import (
     TokenEvent,
 )
 from runtime.settings.load import KV_CACHE_TYPES, DraftSettings, LoadSettings
+from runtime.units import fmt_latency, fmt_rate
 
 # Small instruct models answer far better with a plain system message than with the
 # persona their template inserts when there is none (SmolLM2-135M: "Paris" vs. nonsense).
@@ -62,7 +65,8 @@ def register(subparsers: Any) -> None:
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="a .gguf file, or 'default' for the default model")
     p.add_argument("--max-tokens", type=int, default=512, help="most tokens to generate (512)")
-    p.add_argument("--temp", type=float, default=0.8, help="temperature; 0 = greedy (0.8)")
+    p.add_argument("--temp", "--temperature", dest="temp", type=float, default=0.8,
+                   help="temperature; 0 = greedy (0.8)")
     p.add_argument("--seed", type=int, default=None, help="sampling seed (random if unset)")
     p.add_argument("--ctx", type=int, default=4096, help="context length in tokens (4096)")
     kv = sorted(KV_CACHE_TYPES)
@@ -70,7 +74,8 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-v", default="f16", choices=kv, metavar="TYPE",
                    help="V cache type (f16); a quantized V turns flash attention on")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (one per physical core)")
-    p.add_argument("--gpu-layers", type=int, default=None, help="layers on the GPU (auto)")
+    p.add_argument("--gpu-layers", type=int, default=None,
+                   help="layers on the GPU (default: as many as the memory planner finds fit)")
     p.add_argument("--draft", default=None, metavar="DRAFT|ngram",
                    help="speculative decoding: a draft .gguf sharing the vocabulary, or 'ngram' "
                         "(prompt lookup)")
@@ -111,25 +116,25 @@ def _draft(args: argparse.Namespace) -> DraftSettings:
                          verifier=args.verifier)
 
 
-def _engine(args: argparse.Namespace) -> Engine:
-    if args.draft is None:
-        return Engine()
-    from runtime.speculative.speculation import Speculation
-
-    return Engine(speculation=Speculation())
-
-
 def _sampling(args: argparse.Namespace) -> SamplingParams:
     return SamplingParams(temperature=args.temp, max_tokens=args.max_tokens, seed=args.seed)
 
 
-def _load(engine: Engine, args: argparse.Namespace, err: TextIO) -> None:
+def _load(engine: Engine, args: argparse.Namespace, err: TextIO, *, raw: bool = False) -> None:
     info = engine.load(_settings(args))
     draft = f", draft {info.draft}" if info.draft else ""
     print(f"{info.name}: {info.architecture}, {info.quant}, context {info.n_ctx}{draft}",
           file=err)
-    for note in info.notes:
+    for note in _notes(info, raw):
         print(f"note: {note}", file=err)
+
+
+def _notes(info: LoadedModel, raw: bool) -> list[str]:
+    """The load notes worth saying. With --raw no template is used, so the note that the
+    model has none (or a broken one) and ChatML stands in would only mislead."""
+    if not raw or info.chat_template_source != "fallback":
+        return list(info.notes)
+    return [note for note in info.notes if "chat template" not in note]
 
 
 def _stream(handle: RequestHandle, out: TextIO, err: TextIO) -> tuple[str, Finished]:
@@ -169,8 +174,8 @@ def _stats_line(done: Finished) -> str:
     t = done.timings
     u = done.usage
     cached = f", {u.cached_tokens} cached" if u.cached_tokens else ""
-    return (f"\nTTFT {t.ttft_s:.2f} s · prefill {t.prefill_tokens_per_s:.1f} tok/s · "
-            f"decode {t.decode_tokens_per_s:.1f} tok/s · {u.completion_tokens} tokens "
+    return (f"\nTTFT {fmt_latency(t.ttft_s)} · prefill {fmt_rate(t.prefill_tokens_per_s)} · "
+            f"decode {fmt_rate(t.decode_tokens_per_s)} · {u.completion_tokens} tokens "
             f"({done.reason}) · prompt {u.prompt_tokens} tokens{cached}")
 
 
@@ -192,9 +197,9 @@ def _spec_line(done: Finished, step: StepStats | None) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     out, err = sys.stdout, sys.stderr
-    engine = _engine(args)
+    engine = build_engine()
     try:
-        _load(engine, args, err)
+        _load(engine, args, err, raw=args.raw)
         if args.raw:
             request = GenerationRequest(prompt=args.prompt, sampling=_sampling(args))
         else:
@@ -209,7 +214,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _chat(args: argparse.Namespace, lines: Iterable[str] | None = None) -> int:
     out, err = sys.stdout, sys.stderr
-    engine = _engine(args)
+    engine = build_engine()
     system = [ChatMessage("system", args.system)] if args.system else []
     history: list[ChatMessage] = []
     try:

@@ -47,7 +47,6 @@ from runtime.downloads.transfer import (
     Retryable,
     StopFlag,
     fetch_into,
-    fmt_bytes,
     same_origin,
 )
 from runtime.errors import (
@@ -59,6 +58,7 @@ from runtime.errors import (
     HubUnreachable,
 )
 from runtime.hub.client import FileMetadata, Hub
+from runtime.units import fmt_bytes
 
 # (received, total, bytes per second, seconds left)
 ProgressSink = Callable[[int, int | None, float, float | None], None]

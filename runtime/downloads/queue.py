@@ -27,7 +27,7 @@ from typing import Literal
 
 import filelock
 
-from runtime.atomic_file import atomic_output
+from runtime.atomic_file import write_text
 from runtime.errors import DownloadError, GatedRepo
 
 JobState = Literal["queued", "running", "paused", "done", "failed", "cancelled"]
@@ -182,5 +182,4 @@ class QueueFile:
         for record in records:
             del record["elsewhere"]  # one process's view, not the job's
         text = json.dumps({"version": 1, "jobs": records}, indent=1)
-        with atomic_output(self.path, prefix=".queue-", suffix=".tmp") as tmp:
-            tmp.write_text(text)
+        write_text(self.path, text, prefix=".queue-", suffix=".tmp")

@@ -33,6 +33,7 @@ import httpx
 
 from runtime.errors import DiskFull, GatedRepo, HubError, RemoteFileNotFound
 from runtime.hub.client import redact
+from runtime.units import fmt_bytes
 
 StopReason = Literal["pause", "cancel", "shutdown"]
 
@@ -130,16 +131,6 @@ class Rate:
 def same_origin(a: str, b: str) -> bool:
     pa, pb = urlsplit(a), urlsplit(b)
     return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
-
-
-def fmt_bytes(n: float) -> str:
-    """>>> fmt_bytes(1536), fmt_bytes(5 << 30)
-    ('1.5 KiB', '5.0 GiB')"""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def fetch_into(client: httpx.Client, url: str, headers: dict[str, str], partial: Path,

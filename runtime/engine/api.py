@@ -56,12 +56,14 @@ class EngineStatus:
 
 @dataclass(frozen=True)
 class EngineMetrics:
-    """Rolling rates over the last few seconds, for the live panels and /api/metrics."""
+    """Rolling rates over the last few seconds, for the live panels and /api/metrics. The
+    speculative ones cover every sequence's rounds in the window (not one reply): the same
+    definitions as a reply's (`runtime.speculative.stats`), another span."""
 
     decode_tokens_per_s: float
     prefill_tokens_per_s: float
-    acceptance_rate: float | None
-    mean_accepted_length: float | None
+    acceptance_rate: float | None  # accepted / drafted; None: no round in the window
+    mean_accepted_length: float | None  # tokens per speculative round
     draft_k: int | None
     drafting_off_reason: str | None
     kv_cells_used: int

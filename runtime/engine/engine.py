@@ -44,6 +44,7 @@ from runtime.llama.params import to_llama_params
 from runtime.sampling.sampler import Sampler
 from runtime.settings.load import LoadSettings
 from runtime.speculative.api import SpecSetup, Speculation
+from runtime.speculative.stats import acceptance_rate, mean_accepted_length
 
 logger = logging.getLogger("outrider.engine")
 
@@ -215,8 +216,8 @@ class Engine:
         return EngineMetrics(
             decode_tokens_per_s=decoded / busy_decode if busy_decode > 0 else 0.0,
             prefill_tokens_per_s=prefilled / busy_prefill if busy_prefill > 0 else 0.0,
-            acceptance_rate=accepted / drafted if drafted else None,
-            mean_accepted_length=(accepted + rounds) / rounds if rounds else None,
+            acceptance_rate=acceptance_rate(accepted, drafted) if drafted else None,
+            mean_accepted_length=mean_accepted_length(accepted, rounds) if rounds else None,
             draft_k=last_k, drafting_off_reason=self._off_reason,
             kv_cells_used=used, kv_cells_total=total,
             active_sequences=active, waiting_sequences=waiting)

@@ -41,7 +41,6 @@ from runtime.events import (
     Event,
     Finished,
     FinishReason,
-    SpecSummary,
     StepStats,
     TokenEvent,
     Usage,
@@ -354,10 +353,7 @@ class Scheduler:
         self.kv.append(seq.slot, entry.tokens)
         self.kv.truncate(seq.slot, base + 1 + n_acc)  # drop the rejected drafts' cells
         seq.n_computed = base + 1 + n_acc
-        seq.spec_rounds += 1
-        seq.spec_drafted += k
-        seq.spec_accepted += n_acc
-        seq.spec_tokens += n_acc + 1
+        seq.spec.record_round(drafted=k, accepted=n_acc)
         seq.drafter.observe(k, n_acc, self.clock() - now)
         for i, token in enumerate(verdict.tokens):
             if seq.finished:  # a stop string, EOS or max_tokens inside the accepted run
@@ -367,15 +363,13 @@ class Scheduler:
         self.emit(seq, self._step_stats(seq, k, n_acc))
         return k, n_acc
 
-    def _step_stats(self, seq: Sequence, k: int, n_acc: int) -> StepStats:
-        alpha = seq.spec_accepted / seq.spec_drafted if seq.spec_drafted else 0.0
-        mean_len = seq.spec_tokens / seq.spec_rounds if seq.spec_rounds else 0.0
+    @staticmethod
+    def _step_stats(seq: Sequence, k: int, n_acc: int) -> StepStats:
+        """The round's statistics (runtime.speculative.stats), the drafter's timings in."""
         drafter = seq.drafter
-        c = drafter.cost_ratio if drafter is not None else 0.0
-        predicted = (_expected_tokens(alpha, k) / (k * c + 1)) if k else 1.0
-        return StepStats(
-            request_id=seq.request_id, index=seq.index, drafted=k, accepted=n_acc, k=k,
-            acceptance_rate=alpha, mean_accepted_length=mean_len, predicted_speedup=predicted,
+        return seq.spec.step_stats(
+            seq.request_id, seq.index, drafted=k, accepted=n_acc,
+            cost_ratio=drafter.cost_ratio if drafter is not None else 0.0,
             measured_speedup=drafter.measured_speedup if drafter is not None else 0.0,
             drafting_off_reason=drafter.off_reason if drafter is not None else None)
 
@@ -448,19 +442,8 @@ class Scheduler:
             seq.drafter.close()
         now = self.clock()
         spec = None
-        if seq.spec_rounds:
-            spec = SpecSummary(
-                drafted=seq.spec_drafted, accepted=seq.spec_accepted,
-                acceptance_rate=seq.spec_accepted / seq.spec_drafted if seq.spec_drafted else 0.0,
-                mean_accepted_length=seq.spec_tokens / seq.spec_rounds,
-                measured_speedup=seq.drafter.measured_speedup if seq.drafter else 0.0)
+        if seq.spec.rounds:
+            spec = seq.spec.summary(seq.drafter.measured_speedup if seq.drafter else 0.0)
         usage = Usage(prompt_tokens=seq.prompt_len, completion_tokens=max(0, seq.n_generated),
                       cached_tokens=seq.cached_tokens, truncated_tokens=seq.truncated_tokens)
         self.emit(seq, Finished(seq.request_id, seq.index, reason, usage, seq.timings(now), spec))
-
-
-def _expected_tokens(alpha: float, k: int) -> float:
-    """Expected tokens per round, (1 − α^(k+1)) / (1 − α); k+1 when α = 1."""
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1 - alpha ** (k + 1)) / (1 - alpha)

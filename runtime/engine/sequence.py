@@ -24,6 +24,7 @@ from runtime.events import FinishReason, SamplingParams, Timings
 from runtime.llama.binding import Utf8Stream
 from runtime.sampling.sampler import Sampler
 from runtime.speculative.api import Drafter
+from runtime.speculative.stats import ReplySpecStats
 
 
 class Status(enum.Enum):
@@ -60,10 +61,7 @@ class Sequence:
     t_last_token: float | None = None
     prefill_computed: int = 0  # prompt tokens evaluated before the first token
     n_preempted: int = 0
-    spec_rounds: int = 0
-    spec_drafted: int = 0
-    spec_accepted: int = 0
-    spec_tokens: int = 0  # tokens gained in speculative rounds (accepted + 1 each)
+    spec: ReplySpecStats = field(default_factory=ReplySpecStats)  # drafted, accepted, rounds
     spec_off_said: str | None = None  # the drafting-off reason last sent in a StepStats
 
     @property

@@ -87,15 +87,42 @@ class LazyArray:
         if len(data) != self.end - self.start:
             raise CorruptModel("array bytes changed since the header was read")
         if self.item_type == GGUFValueType.STRING:
-            out: list[str] = []
-            pos = 0
-            for _ in range(self.count):
-                (n,) = _U64.unpack_from(data, pos)
-                out.append(data[pos + 8:pos + 8 + n].decode("utf-8", errors="replace"))
-                pos += 8 + n
-            return tuple(out)
+            return tuple(s.decode("utf-8", errors="replace") for s in self.raw_strings(data))
         fmt = _SCALARS[self.item_type]
         return tuple(item[0] for item in fmt.iter_unpack(data))
+
+    def raw_strings(self, data: bytes) -> tuple[bytes, ...]:
+        """A string array's items as stored, undecoded: token text compared byte for byte
+        (llama.cpp's draft check does; a byte-level BPE piece need not be valid UTF-8)."""
+        if self.item_type != GGUFValueType.STRING:
+            raise CorruptModel("the array holds numbers, not strings")
+        if len(data) != self.end - self.start:
+            raise CorruptModel("array bytes changed since the header was read")
+        out: list[bytes] = []
+        pos = 0
+        for _ in range(self.count):
+            (n,) = _U64.unpack_from(data, pos)
+            out.append(bytes(data[pos + 8:pos + 8 + n]))
+            pos += 8 + n
+        return tuple(out)
+
+
+def metadata_value(kv: dict[str, Any], key: str, kind: type) -> Any:
+    """`kv[key]` if it has the type `kind` (int, bool or str); None when absent.
+
+    A key of the wrong type is a broken file (`CorruptModel`), never silently ignored: a
+    bool is not an int here, though Python says it is.
+    """
+    value = kv.get(key)
+    if value is None:
+        return None
+    if kind is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind is bool and isinstance(value, bool):
+        return value
+    if kind is str and isinstance(value, str):
+        return value
+    raise CorruptModel(f"metadata {key} has the wrong type ({type(value).__name__})")
 
 
 @dataclass(frozen=True)

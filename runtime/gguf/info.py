@@ -9,23 +9,35 @@
 The vocabulary can be large (150k tokens, megabytes of text), so `ModelInfo` does not hold
 it: it keeps the token count, a fingerprint of the raw token list (`vocab_fingerprint`: two
 files with the same fingerprint have the same tokens) and where the list lies in the file;
-`token_texts()` and `token_types()` read it when a draft-compatibility check needs it.
+`token_texts()` and `token_types()` read it when someone needs it. The tokenizer facts come
+from `runtime.gguf.vocab`, the one reader of a vocabulary.
+
+This module knows local files only. A model on a web server is described by
+`runtime.gguf.remote.read_remote_model_info`, which parses the header bytes it fetched with
+`model_info_from_headers` here and hands in a `span_reader` that fetches the token list.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from runtime.errors import CorruptModel
 from runtime.gguf.constants import FILE_TYPES, GGML_TYPES, SWA_DEFAULTS
-from runtime.gguf.header import GGUFHeader, LazyArray
+from runtime.gguf.header import GGUFHeader, LazyArray, metadata_value
+from runtime.gguf.preflight import inspect_gguf
+from runtime.gguf.vocab import header_vocabulary, read_span
 
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 _INPUT_PREFIXES = ("token_embd", "token_types", "position_embd")
+_NOT_DATA = ("tokens_span", "token_types_span", "span_reader")  # never saved or compared
+
+# Reads one array span of the model's first part: (span, extra request headers) → its bytes.
+SpanReader = Callable[[LazyArray, dict[str, str] | None], bytes]
 
 
 @dataclass(frozen=True)
@@ -81,6 +93,8 @@ class ModelInfo:
     vocab_fingerprint: str  # sha256 prefix of the raw token list; "" without one
     tokens_span: LazyArray | None = field(default=None, repr=False, compare=False)
     token_types_span: LazyArray | None = field(default=None, repr=False, compare=False)
+    # reads the spans; None: from the local file `path_or_url`
+    span_reader: SpanReader | None = field(default=None, repr=False, compare=False)
 
     @property
     def bits_per_weight(self) -> float:
@@ -107,19 +121,15 @@ class ModelInfo:
         return () if span is None else span.decode(self._read_span(span, headers))
 
     def _read_span(self, span: LazyArray, headers: dict[str, str] | None) -> bytes:
-        if self.is_remote:
-            from runtime.gguf.remote import fetch_range
-
-            return fetch_range(self.path_or_url, span.start, span.end, headers)
-        with open(self.path_or_url, "rb") as f:
-            f.seek(span.start)
-            return f.read(span.end - span.start)
+        if self.span_reader is not None:
+            return self.span_reader(span, headers)
+        return read_span(self.path_or_url, span)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: everything except the token spans; the chat template included."""
+        """JSON-ready: everything except the token spans and their reader; the chat template included."""
         out = asdict(self)
-        out.pop("tokens_span")
-        out.pop("token_types_span")
+        for name in _NOT_DATA:
+            out.pop(name)
         out["bytes_by_type"] = dict(self.bytes_by_type)
         out["bits_per_weight"] = round(self.bits_per_weight, 3)
         return out
@@ -128,7 +138,7 @@ class ModelInfo:
     def from_dict(cls, data: dict[str, Any]) -> ModelInfo:
         """Rebuild from `to_dict()` output (e.g. a cached JSON). The vocabulary spans are
         not kept, so `token_texts()` of the result is empty; everything else round-trips."""
-        names = {f.name for f in fields(cls)} - {"tokens_span", "token_types_span"}
+        names = {f.name for f in fields(cls)} - set(_NOT_DATA)
         kwargs: dict[str, Any] = {}
         for name in names:
             value = data[name]
@@ -142,8 +152,6 @@ class ModelInfo:
 
 def read_model_info(path: Path) -> ModelInfo:
     """Preflight `path` (any part of a split set) and describe the model. Typed errors only."""
-    from runtime.gguf.preflight import inspect_gguf
-
     _, parts = inspect_gguf(Path(path))
     sizes = [p.stat().st_size for p, _ in parts]
     opened = Path(path)
@@ -152,16 +160,12 @@ def read_model_info(path: Path) -> ModelInfo:
         str(parts[0][0]), [h for _, h in parts], [str(p) for p, _ in parts], sum(sizes), index)
 
 
-def read_remote_model_info(url: str, headers: dict[str, str] | None = None) -> ModelInfo:
-    """Describe a model on a web server (e.g. the Hugging Face Hub) from its header bytes."""
-    from runtime.gguf.remote import read_remote_model_info as remote
-
-    return remote(url, headers)
-
-
 def model_info_from_headers(source: str, headers: list[GGUFHeader], part_paths: list[str],
-                            file_size: int, split_index: int = 0) -> ModelInfo:
-    """Build `ModelInfo` from the parsed header of every part (metadata from the first)."""
+                            file_size: int, split_index: int = 0,
+                            span_reader: SpanReader | None = None) -> ModelInfo:
+    """Build `ModelInfo` from the parsed header of every part (metadata from the first).
+
+    `span_reader` reads the token list later; None reads it from the local file `source`."""
     kv = headers[0].kv
     arch = _get(kv, "general.architecture", str)
     p = arch + "."
@@ -202,8 +206,7 @@ def model_info_from_headers(source: str, headers: list[GGUFHeader], part_paths: 
         quant = FILE_TYPES[file_type]
     else:  # most parameters by type among the weight matrices
         quant = weight_types.most_common(1)[0][0] if weight_types else "unknown"
-    tokens = headers[0].arrays.get("tokenizer.ggml.tokens")
-    n_tokens = tokens.count if tokens else 0
+    vocab = header_vocabulary(headers[0])
     name = _opt(kv, "general.name", str) or Path(source.split("?")[0]).stem
     return ModelInfo(
         path_or_url=source, architecture=arch, name=name,
@@ -216,13 +219,9 @@ def model_info_from_headers(source: str, headers: list[GGUFHeader], part_paths: 
         n_expert_used=_opt(kv, p + "expert_used_count", int) or 0,
         n_ff_expert=_first(kv.get(p + "expert_feed_forward_length")),
         n_ctx_train=_opt(kv, p + "context_length", int) or 0,
-        n_vocab=_opt(kv, p + "vocab_size", int) or n_tokens,
-        tokenizer_model=_opt(kv, "tokenizer.ggml.model", str),
-        tokenizer_pre=_opt(kv, "tokenizer.ggml.pre", str),
-        bos_id=_opt(kv, "tokenizer.ggml.bos_token_id", int),
-        eos_id=_opt(kv, "tokenizer.ggml.eos_token_id", int),
-        add_bos=_opt(kv, "tokenizer.ggml.add_bos_token", bool),
-        add_eos=_opt(kv, "tokenizer.ggml.add_eos_token", bool),
+        n_vocab=_opt(kv, p + "vocab_size", int) or vocab.n_tokens,
+        tokenizer_model=vocab.model, tokenizer_pre=vocab.pre, bos_id=vocab.bos_id,
+        eos_id=vocab.eos_id, add_bos=vocab.add_bos, add_eos=vocab.add_eos,
         chat_template=_opt(kv, "tokenizer.chat_template", str),
         file_type=-1 if file_type is None else file_type, quant=quant,
         tensor_bytes=sum(by_layer) + input_bytes + output_bytes,
@@ -231,9 +230,9 @@ def model_info_from_headers(source: str, headers: list[GGUFHeader], part_paths: 
         tied_embeddings=not any(t.name == "output.weight" for t in tensors),
         bytes_by_type=tuple(type_bytes.most_common()),
         split_index=split_index, split_count=len(headers), split_paths=tuple(part_paths),
-        file_size=file_size, header_bytes=headers[0].data_offset, n_tokens=n_tokens,
-        vocab_fingerprint=tokens.digest if tokens else "", tokens_span=tokens,
-        token_types_span=headers[0].arrays.get("tokenizer.ggml.token_type"),
+        file_size=file_size, header_bytes=headers[0].data_offset, n_tokens=vocab.n_tokens,
+        vocab_fingerprint=vocab.fingerprint, tokens_span=vocab.tokens,
+        token_types_span=vocab.token_types, span_reader=span_reader,
     )
 
 
@@ -269,17 +268,7 @@ def _get(kv: dict[str, Any], key: str, kind: type) -> Any:
     return value
 
 
-def _opt(kv: dict[str, Any], key: str, kind: type) -> Any:
-    value = kv.get(key)
-    if value is None:
-        return None
-    if kind is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if kind is bool and isinstance(value, bool):
-        return value
-    if kind is str and isinstance(value, str):
-        return value
-    raise CorruptModel(f"metadata {key} has the wrong type ({type(value).__name__})")
+_opt = metadata_value  # short: the builder above reads some twenty keys
 
 
 def _first(value: Any) -> int:

@@ -20,8 +20,14 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from runtime.errors import ModelFileError, ModelNotFound, TruncatedModel
-from runtime.gguf.header import GGUFHeader, HeaderBeyondFile, HeaderIncomplete, parse_header
-from runtime.gguf.info import ModelInfo, model_info_from_headers
+from runtime.gguf.header import (
+    GGUFHeader,
+    HeaderBeyondFile,
+    HeaderIncomplete,
+    LazyArray,
+    parse_header,
+)
+from runtime.gguf.info import ModelInfo, SpanReader, model_info_from_headers
 from runtime.gguf.preflight import SPLIT_NAME, check_architecture
 
 FIRST_CHUNK = 1 << 20
@@ -46,7 +52,8 @@ def read_remote_model_info(url: str, headers: dict[str, str] | None = None,
         check_architecture(first.header, _name(url))
         count = first.header.kv.get("split.count", 0)
         if not isinstance(count, int) or count <= 1:
-            return model_info_from_headers(url, [first.header], [url], first.total_size)
+            return model_info_from_headers(url, [first.header], [url], first.total_size,
+                                           span_reader=_span_reader(url, headers))
         urls = split_part_urls(url, count)
         parts = [first if u == url else read_remote_header(u, headers, http) for u in urls]
         for i, part in enumerate(parts):
@@ -55,7 +62,7 @@ def read_remote_model_info(url: str, headers: dict[str, str] | None = None,
         check_architecture(parts[0].header, _name(urls[0]))
         return model_info_from_headers(
             urls[0], [p.header for p in parts], urls, sum(p.total_size for p in parts),
-            urls.index(url))
+            urls.index(url), span_reader=_span_reader(urls[0], headers))
 
 
 def read_remote_header(url: str, headers: dict[str, str] | None = None,
@@ -131,6 +138,15 @@ def split_part_urls(url: str, count: int) -> list[str]:
                              "one (-00001-of-0000N.gguf)")
     return [urlunsplit(parts._replace(path=f"{folder}/{match['prefix']}-{i:05d}-of-{count:05d}.gguf"))
             for i in range(1, count + 1)]
+
+
+def _span_reader(url: str, headers: dict[str, str] | None) -> SpanReader:
+    """Reads a span of `url` with one range request, sending the headers the header read
+    sent (a gated model's token) plus any the caller adds."""
+    def read(span: LazyArray, extra: dict[str, str] | None) -> bytes:
+        return fetch_range(url, span.start, span.end, {**(headers or {}), **(extra or {})})
+
+    return read
 
 
 class _client:

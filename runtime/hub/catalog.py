@@ -83,11 +83,12 @@ class Catalog:
 
 def default_catalog_path() -> Path:
     """`models/catalog.toml` in a source checkout; `runtime/data/catalog.toml` when packaged."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "models" / "catalog.toml", here / "data" / "catalog.toml"):
+    runtime_dir = Path(__file__).resolve().parents[1]
+    checkout = runtime_dir.parent / "models" / "catalog.toml"
+    for candidate in (checkout, runtime_dir / "data" / "catalog.toml"):
         if candidate.is_file():
             return candidate
-    return here.parent / "models" / "catalog.toml"
+    return checkout
 
 
 def load_catalog(path: Path | None = None) -> Catalog:

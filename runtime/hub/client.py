@@ -30,7 +30,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -46,7 +46,9 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.utils import build_hf_headers
+from huggingface_hub.utils import httpx as hub_http  # httpx2 from huggingface_hub 2.x, httpx in 1.x
 
+from runtime.atomic_file import write_text
 from runtime.errors import (
     GatedRepo,
     HubError,
@@ -56,13 +58,9 @@ from runtime.errors import (
     RemoteFileNotFound,
     RepoNotFound,
 )
+from runtime.paths import user_dirs
 
 constants.HF_HUB_DISABLE_TELEMETRY = True  # read at each request: no extra calls to huggingface.co
-
-try:  # huggingface_hub 2.x talks through httpx2, 1.x through httpx
-    from httpx2 import TransportError as _HubTransportError
-except ImportError:  # pragma: no cover - depends on the installed huggingface_hub
-    from httpx import TransportError as _HubTransportError  # type: ignore[assignment]
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 LIBRARY_NAME = "outrider"
@@ -352,7 +350,7 @@ class Hub:
             message = redact(str(exc).splitlines()[0] if str(exc) else "", self._token)
             kind = HubServerError if status is not None and (status >= 500 or status == 429) else HubError
             raise kind(f"the Hub answered HTTP {status} for {what}: {message}") from exc
-        except _HubTransportError as exc:
+        except hub_http.TransportError as exc:
             raise HubUnreachable(f"cannot reach {self.endpoint}: "
                                  f"{redact(str(exc) or type(exc).__name__, self._token)}") from exc
 
@@ -375,13 +373,10 @@ class Hub:
         path = self._cache_file(kind, key)
         if path is None:
             return
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(value))
-            os.replace(tmp, path)
-        except OSError:
-            pass  # a cache that cannot be written only costs the offline answer
+        # A cache that cannot be written only costs the offline answer. (Two apps may share
+        # the cache: write_text gives each writer its own temporary name.)
+        with suppress(OSError):
+            write_text(path, json.dumps(value))
 
 
 def _summary_to_json(s: RepoSummary) -> dict[str, Any]:
@@ -402,6 +397,4 @@ def _summary_from_json(d: dict[str, Any]) -> RepoSummary:
 
 def default_hub(token: str | None = None) -> Hub:
     """A Hub that caches answers in the user cache dir (for offline use)."""
-    from runtime.paths import user_dirs
-
     return Hub(token=token, cache_dir=user_dirs().cache)

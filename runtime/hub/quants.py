@@ -9,7 +9,7 @@
 - Every `.gguf` in the repository is listed; the parts of a split model
   (`…-00001-of-00003.gguf`) form one entry.
 - The quant type comes from the file's own header, read remotely with HTTP range requests
-  (`runtime.gguf.info.read_remote_model_info`, a few MiB of a multi-GB file), never from the
+  (`runtime.gguf.remote.read_remote_model_info`, a few MiB of a multi-GB file), never from the
   name alone; the name is the fallback only when the header cannot be read, and the entry
   says so (`quant_source = "name"`). Headers are cached by (repo, commit, file) in the user
   cache, so a second look costs nothing and works offline.
@@ -21,10 +21,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
-import os
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,8 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from runtime.atomic_file import write_text
 from runtime.errors import OutriderError
+from runtime.gguf.info import ModelInfo
+from runtime.gguf.remote import read_remote_model_info
 from runtime.hub.client import Hub, RepoDetails, RepoFile
+from runtime.paths import user_dirs
+from runtime.planner.devices import list_devices
+from runtime.planner.plan import plan_memory
 from runtime.settings.load import LoadSettings
 
 # Quality order, best first: what a user may prefer, and where the recommendation walks.
@@ -107,7 +113,7 @@ class QuantEntry:
 
     @property
     def summary(self) -> str | None:
-        """The planner's one line ("Partial (20 of 33 layers on GPU): 6.1 GiB (weights …)")."""
+        """The planner's one line ("Partial (20 of 33 layers on GPU): 6.10 GiB (weights …)")."""
         return None if self.fit is None else self.fit.get("summary")
 
     @property
@@ -145,11 +151,9 @@ def list_quants(hub: Hub, repo_id: str, revision: str | None = None, *,
     `draft` (a ModelInfo) is planned alongside each entry, as it would be loaded with it."""
     details = details or hub.repo_details(repo_id, revision)
     if cache_dir is None:
-        from runtime.paths import user_dirs
-
         cache_dir = user_dirs().cache
     groups = group_gguf_files(details.gguf_files)
-    reader = read_info or _default_reader()
+    reader = read_info or read_remote_model_info
     headers = hub.headers()
 
     def read(group: tuple[RepoFile, ...]) -> tuple[Any, str | None]:
@@ -158,7 +162,7 @@ def list_quants(hub: Hub, repo_id: str, revision: str | None = None, *,
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(groups) or 1))) as pool:
         infos = list(pool.map(read, groups))
     if devices is None:
-        devices = _list_devices()
+        devices = list(list_devices())
     entries = tuple(
         _entry(details, group, info, error, settings, devices, draft)
         for group, (info, error) in zip(groups, infos, strict=True)
@@ -202,20 +206,6 @@ def recommend(entries: Sequence[QuantEntry], preferred: str = DEFAULT_PREFERRED
 # -- internals --------------------------------------------------------------------------------
 
 
-def _default_reader() -> ReadInfo:
-    from runtime.gguf.info import read_remote_model_info
-
-    return read_remote_model_info
-
-
-def _list_devices() -> list[Any]:
-    try:
-        from runtime.planner.devices import list_devices
-    except ImportError:
-        return []
-    return list(list_devices())
-
-
 def _cached_info(hub: Hub, details: RepoDetails, filename: str, headers: dict[str, str],
                  reader: ReadInfo, cache_dir: Path) -> tuple[Any, str | None]:
     """The first part's ModelInfo (the reader follows the other parts), cached per commit."""
@@ -231,13 +221,8 @@ def _cached_info(hub: Hub, details: RepoDetails, filename: str, headers: dict[st
         info = reader(url, headers)
     except OutriderError as exc:
         return None, str(exc)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(_info_to_dict(info)))
-        os.replace(tmp, path)
-    except (OSError, TypeError, ValueError, AttributeError):
-        pass  # no cache is a slower second look, not an error
+    with contextlib.suppress(OSError, TypeError, ValueError, AttributeError):
+        write_text(path, json.dumps(_info_to_dict(info)))  # no cache is a slower second look
     return info, None
 
 
@@ -247,21 +232,10 @@ def _info_to_dict(info: Any) -> dict[str, Any]:
     return data
 
 
-def _info_from_dict(data: dict[str, Any]) -> Any:
-    """Rebuild a ModelInfo from its cached `to_dict()` (lists back to tuples)."""
-    from runtime.gguf.info import ModelInfo
-
-    names = {f.name for f in dataclasses.fields(ModelInfo)}
-    kwargs: dict[str, Any] = {}
-    for k, v in data.items():
-        if k not in names:
-            continue
-        if k == "bytes_by_type" and isinstance(v, dict):
-            v = tuple(v.items())
-        elif isinstance(v, list):
-            v = tuple(v)
-        kwargs[k] = v
-    return ModelInfo(**kwargs)
+def _info_from_dict(data: dict[str, Any]) -> ModelInfo:
+    """Rebuild a ModelInfo from its cached `to_dict()` (an old entry missing a field is a
+    KeyError: the caller reads the header again)."""
+    return ModelInfo.from_dict(data)
 
 
 def _entry(details: RepoDetails, group: tuple[RepoFile, ...], info: Any, error: str | None,
@@ -287,11 +261,7 @@ def _entry(details: RepoDetails, group: tuple[RepoFile, ...], info: Any, error: 
 
 def _judge(entry: QuantEntry, info: Any, settings: LoadSettings | None,
            devices: Sequence[Any], draft: Any) -> QuantEntry:
-    """Run the planner for this entry; its absence or failure leaves the fit unknown."""
-    try:
-        from runtime.planner.plan import plan_memory
-    except ImportError:
-        return dataclasses.replace(entry, error=entry.error or "the memory planner is not available")
+    """Run the planner for this entry; its failure leaves the fit unknown."""
     load = settings or LoadSettings(model_path=Path(entry.files[0].name))
     load = dataclasses.replace(load, model_path=Path(entry.files[0].name))
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from runtime.atomic_file import atomic_output
 from runtime.errors import DefaultModelError
+from runtime.paths import user_dirs
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,6 @@ def fetch_default_model(
 
 def default_model_path() -> Path:
     """Fetch (if needed) the default model into the user's library and return its path."""
-    from runtime.paths import user_dirs
-
     dirs = user_dirs()
     return fetch_default_model(dirs.models, dirs.cache)
 

@@ -6,8 +6,8 @@
     >>> lib.import_file(Path("~/Downloads/x-Q8_0.gguf").expanduser(), mode="link")
     >>> [m.id for m in lib.discover()]        # already on disk elsewhere: HF cache, LM Studio
     ['Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q8_0.gguf']
-    >>> [d.name for d in lib.compatible_drafts(lib.find("Qwen2.5-7B-Instruct-Q4_K_M"))]
-    ['qwen2.5-0.5b-instruct-q8_0']
+    >>> [d.name for d in compatible_drafts(lib.find("Qwen2.5-7B-Instruct-Q4_K_M"), lib.scan())]
+    ['qwen2.5-0.5b-instruct-q8_0']                 # runtime.library.drafts: the draft pairing
 
 Reading a header costs a few MB of I/O for a big vocabulary, so what a scan learns is cached
 (`<cache>/library-index.json`) keyed by path, size and mtime: a changed file is read again.
@@ -17,6 +17,7 @@ whose name ends in `.gguf` count: partial downloads and half-copied imports neve
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -25,13 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from runtime.errors import ModelFileError, ModelNotFound, OutriderError
+from huggingface_hub import scan_cache_dir
+from huggingface_hub.errors import CacheNotFound
+
+from runtime.atomic_file import write_text
+from runtime.errors import IncompleteSplit, ModelNotFound, OutriderError
+from runtime.gguf.info import read_model_info
 from runtime.gguf.preflight import SPLIT_NAME
+from runtime.paths import user_dirs
 
 Source = Literal["library", "hf-cache", "lmstudio"]
 ImportMode = Literal["copy", "move", "link"]
 LMSTUDIO_DIRS = ("~/.lmstudio/models", "~/.cache/lm-studio/models")
-MAX_VOCAB_SIZE_DIFFERENCE = 128  # the draft check's own limit: a cheap pre-filter
 
 # What the index keeps of a ModelInfo (small, JSON-friendly).
 _INFO_KEYS = ("architecture", "name", "quant", "n_params", "n_ctx_train", "n_vocab", "n_tokens",
@@ -79,8 +85,6 @@ class Library:
 
     def __init__(self, models_dir: Path | None = None, cache_dir: Path | None = None,
                  read_info: ReadInfo | None = None) -> None:
-        from runtime.paths import user_dirs
-
         dirs = user_dirs()
         self.models_dir = Path(models_dir or dirs.models)
         self._index_path = Path(cache_dir or dirs.cache) / "library-index.json"
@@ -192,38 +196,6 @@ class Library:
         self._save_index()
         return removed
 
-    # -- drafts --------------------------------------------------------------------------------
-
-    def compatible_drafts(self, target: LibraryModel,
-                          candidates: Iterable[LibraryModel] | None = None) -> list[LibraryModel]:
-        """Smaller models that can draft for `target` (the speculative check: same vocabulary
-        type, BOS/EOS, sizes within 128, same token text), smallest first."""
-        pool = list(candidates) if candidates is not None else self.scan()
-        n_target = (target.info or {}).get("n_tokens")
-        drafts: list[LibraryModel] = []
-        for c in pool:
-            if c.path == target.path or c.size >= target.size or c.info is None:
-                continue
-            n = c.info.get("n_tokens")
-            if n_target and n and abs(n - n_target) > MAX_VOCAB_SIZE_DIFFERENCE:
-                continue  # the check would refuse it; skip reading two vocabularies
-            if not self.draft_refusals(target, c):
-                drafts.append(c)
-        return sorted(drafts, key=lambda m: m.size)
-
-    def draft_refusals(self, target: LibraryModel, draft: LibraryModel) -> list[str]:
-        """Why `draft` cannot draft for `target`; empty if it can."""
-        try:
-            from runtime.speculative.compat import TokenizerFacts, check_draft_compat
-        except ImportError:  # without the check, the vocabulary fingerprint must match
-            same = (target.info or {}).get("vocab_fingerprint") == (draft.info or {}).get("vocab_fingerprint")
-            return [] if same else ["the vocabularies differ"]
-        try:
-            return list(check_draft_compat(TokenizerFacts.from_gguf(target.path),
-                                           TokenizerFacts.from_gguf(draft.path)))
-        except ModelFileError as exc:
-            return [str(exc)]
-
     # -- internals -----------------------------------------------------------------------------
 
     def _repo_of(self, path: Path) -> str | None:
@@ -258,8 +230,6 @@ class Library:
     def _info(self, path: Path) -> Any:
         if self._read_info is not None:
             return self._read_info(path)
-        from runtime.gguf.info import read_model_info
-
         return read_model_info(path)
 
     def _index_data(self) -> dict[str, Any]:
@@ -273,13 +243,9 @@ class Library:
     def _save_index(self) -> None:
         if self._index is None:
             return
-        try:
-            self._index_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self._index_path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(self._index))
-            os.replace(tmp, self._index_path)
-        except OSError:
-            pass  # without the index the next scan reads headers again; nothing is lost
+        # Without the index the next scan reads headers again; nothing is lost.
+        with contextlib.suppress(OSError):
+            write_text(self._index_path, json.dumps(self._index))
 
 
 def _plain(value: Any) -> Any:
@@ -307,8 +273,6 @@ def _parts_of(first: Path, strict: bool = True) -> tuple[Path, ...]:
     parts = [first.with_name(f"{m['prefix']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
     present = tuple(p for p in parts if p.is_file())
     if strict and len(present) != count:
-        from runtime.errors import IncompleteSplit
-
         raise IncompleteSplit(f"{first.name}: only {len(present)} of {count} parts are present")
     return present
 
@@ -343,9 +307,6 @@ def _place(source: Path, dest: Path, mode: ImportMode) -> None:
 
 def _hf_cache_ggufs(cache_dir: Path | None) -> list[tuple[str, Path]]:
     """(repo_id, snapshot path) of each GGUF in the Hugging Face cache, newest revision first."""
-    from huggingface_hub import scan_cache_dir
-    from huggingface_hub.errors import CacheNotFound
-
     try:
         info = scan_cache_dir(cache_dir)
     except (CacheNotFound, OSError):

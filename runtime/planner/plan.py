@@ -4,7 +4,7 @@
     >>> plan.verdict, plan.gpu_layers, plan.n_layers, plan.max_context
     ('cpu_only', 0, 31, 8192)
     >>> plan.describe()
-    'CPU only: 388 MiB (weights 92 MiB, KV 180 MiB, compute 98 MiB, other 18 MiB); max context 8,192'
+    'CPU only: 388 MiB (weights 92.1 MiB, KV 180 MiB, compute 98.4 MiB, other 17.4 MiB); max context 8,192'
 
 The parts, each as llama.cpp allocates it (src/llama-model.cpp, llama-kv-cache.cpp,
 llama-context.cpp of the vendored build):
@@ -40,6 +40,7 @@ from runtime.gguf.constants import GGML_TYPES
 from runtime.gguf.info import ModelInfo
 from runtime.planner.devices import Device, list_devices
 from runtime.settings.load import LoadSettings
+from runtime.units import fmt_bytes
 
 Verdict = Literal["full_gpu", "partial", "cpu_only", "wont_fit"]
 KV_CELL_PAD = 256  # llama_context pads n_ctx to a multiple of 256
@@ -49,7 +50,6 @@ GPU_RUNTIME_OVERHEAD = 512 << 20  # CUDA context + cuBLAS workspace, per device 
 # SmolLM2's 49,152 tokens (benchmarks/planner_calibration.py).
 HOST_OVERHEAD_BASE = 3_500_000
 HOST_OVERHEAD_PER_TOKEN = 300
-MIB = 1 << 20
 
 _VERDICT_TEXT = {"full_gpu": "Full GPU", "partial": "Partial", "cpu_only": "CPU only",
                  "wont_fit": "Won't fit"}
@@ -119,9 +119,10 @@ class MemoryPlan:
         head = _VERDICT_TEXT[self.verdict]
         if self.verdict == "partial":
             head += f" ({self.gpu_layers} of {self.n_layers} layers on GPU)"
-        other = f", other {_mib(self.overhead)}" if self.overhead else ""
-        return (f"{head}: {_mib(self.total)} (weights {_mib(self.weights)}, KV {_mib(self.kv)}, "
-                f"compute {_mib(self.compute)}{other}); max context {self.max_context:,}")
+        other = f", other {fmt_bytes(self.overhead)}" if self.overhead else ""
+        return (f"{head}: {fmt_bytes(self.total)} (weights {fmt_bytes(self.weights)}, "
+                f"KV {fmt_bytes(self.kv)}, compute {fmt_bytes(self.compute)}{other}); "
+                f"max context {self.max_context:,}")
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -383,6 +384,3 @@ def _fits(usage: list[DeviceUsage]) -> bool:
     unified = sum(u.total for u in usage[:-1] if u.kind == "metal")
     return cpu.total + unified <= cpu.free_bytes if unified else True
 
-
-def _mib(n: int) -> str:
-    return f"{n / MIB:,.0f} MiB" if n < 10 << 30 else f"{n / (1 << 30):,.1f} GiB"

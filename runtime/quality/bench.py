@@ -34,6 +34,7 @@ from runtime.engine.api import EngineAPI
 from runtime.errors import OutriderError, SettingsError
 from runtime.events import ErrorEvent, Finished, GenerationRequest, SamplingParams, StepStats
 from runtime.settings.load import DraftKind, DraftSettings, LoadSettings
+from runtime.speculative.stats import acceptance_rate
 
 
 @dataclass(frozen=True)
@@ -175,13 +176,15 @@ def measure_point(engine: EngineAPI, model: Path, point: BenchPoint, prompt: str
         prefill_tok_s=finished.timings.prefill_tokens_per_s,
         decode_tok_s=finished.timings.decode_tokens_per_s, ttft_s=finished.timings.ttft_s,
         weights_bytes=weights, kv_bytes=kv, compute_bytes=compute, rss_bytes=_rss(),
-        acceptance_rate=(accepted / drafted) if drafted else None, notes="; ".join(notes))
+        acceptance_rate=acceptance_rate(accepted, drafted) if drafted else None, notes="; ".join(notes))
 
 
 def run_sweep(make_engine: Callable[[], EngineAPI], model: Path, points: Sequence[BenchPoint],
               prompt: str, n_gen: int = 64, draft_model: Path | None = None,
               on_row: Callable[[BenchRow], None] | None = None) -> list[BenchRow]:
-    """Measure every point with one engine (each point is a fresh load)."""
+    """Measure every point with one engine (each point is a fresh load). `make_engine` is
+    `runtime.engine.build.build_engine` for `outrider bench`, so the sweep loads as the app
+    does (drafting, automatic GPU layers); tests pass a fake."""
     engine = make_engine()
     engine.start()
     rows: list[BenchRow] = []

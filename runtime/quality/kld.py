@@ -21,13 +21,13 @@ for a 49k vocabulary).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from runtime.atomic_file import atomic_output
 from runtime.errors import KLDBaseMismatch
 
 KLD_BASE_VERSION = 2
@@ -122,14 +122,11 @@ def save_base(path: Path, tokens: np.ndarray, n_ctx: int, ref: RefDist,
               target_logp: np.ndarray, meta: dict[str, Any]) -> Path:
     """Write a KLD reference (npz) atomically: temporary name, then rename."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".partial-{path.name}")
-    with tmp.open("wb") as f:
+    with atomic_output(path) as tmp, tmp.open("wb") as f:
         np.savez_compressed(f, version=KLD_BASE_VERSION, tokens=tokens.astype(np.int32),
                             n_ctx=n_ctx, ids=ref.ids, logp=ref.logp, rest=ref.rest,
                             tail_ids=ref.tail_ids, tail_logp=ref.tail_logp,
                             target_logp=target_logp.astype(np.float32), meta=json.dumps(meta))
-    os.replace(tmp, path)
     return path
 
 

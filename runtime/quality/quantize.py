@@ -355,7 +355,7 @@ def _run_worker(src: Path, tmp: Path, plan: QuantPlan,
                 cancel_event: threading.Event | None) -> None:
     # The worker must import this very `runtime`, installed or not.
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     proc = subprocess.Popen(
         worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -3,7 +3,9 @@
 Chat and text completions differ only in names: a chat choice carries `delta`/`message`, a
 text choice `text`. Both add an `outrider` object (docs/api.md). A batch of events becomes at
 most one content chunk per choice, so a speculative round that accepted four tokens reaches
-the client as one chunk:
+the client as one chunk. Its `step` is the batch's last round: a `StepStats` carries the
+reply's running counts (`reply_drafted`, `reply_accepted`, the acceptance rate), so the
+rounds before it in the batch lose nothing but their own per-round figures:
 
     >>> writer = ChunkWriter(chat=False, model="m", n=1, include_usage=False)
     >>> [c["choices"][0]["text"] for c in writer.chunks([TokenEvent("r", 0, 72, "H"),
@@ -60,7 +62,7 @@ class _Pending:
     text: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     from_draft: list[bool] = field(default_factory=list)
-    step: StepStats | None = None
+    step: StepStats | None = None  # the last of the batch (its reply_ counts cover the rest)
 
     def empty(self) -> bool:
         return not self.token_ids and self.step is None

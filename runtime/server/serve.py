@@ -33,9 +33,10 @@ import uvicorn
 import uvicorn.config
 
 from runtime.engine.api import EngineAPI
+from runtime.engine.build import build_engine
 from runtime.errors import PortInUse, SettingsError
 from runtime.server.app import create_app
-from runtime.server.metrics import plan_for, planned_gpu_layers
+from runtime.server.metrics import plan_for
 from runtime.server.state import ServerLimits
 from runtime.settings.load import LoadSettings
 
@@ -162,17 +163,10 @@ def _log_config(level: str) -> dict[str, Any]:
     return config
 
 
-def _default_engine() -> EngineAPI:
-    from runtime.engine.engine import Engine
-    from runtime.speculative.speculation import Speculation
-
-    engine: EngineAPI = Engine(speculation=Speculation(), plan_gpu_layers=planned_gpu_layers)
-    return engine
-
-
 def serve(options: ServeOptions,
-          engine_factory: Callable[[], EngineAPI] = _default_engine) -> int:
-    """Bind, load the start-up model if any, serve until stopped. Returns the exit code."""
+          engine_factory: Callable[[], EngineAPI] = build_engine) -> int:
+    """Bind, load the start-up model if any, serve until stopped. Returns the exit code.
+    `engine_factory` is for tests (a fake engine); everyone else gets `build_engine`'s."""
     check_exposure(options.host, options.api_key)
     sock = bind_socket(options.host, options.port)
     engine = engine_factory()

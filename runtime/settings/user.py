@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 import tomllib
 import types
 from collections.abc import Mapping
@@ -42,6 +41,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import tomli_w
 
+from runtime.atomic_file import write_text
 from runtime.errors import SettingsError
 from runtime.events import SamplingParams
 from runtime.settings.load import KV_CACHE_TYPES, DraftSettings, LoadSettings
@@ -366,12 +366,13 @@ class SettingsStore:
             raise SettingsError(f"{self.secrets_path.name}: {exc}") from None
 
     def save(self, settings: AppSettings) -> None:
-        """Write both files atomically (a temporary file renamed into place)."""
+        """Write both files atomically (a temporary file renamed into place), with exact modes:
+        a secret is never readable by others, not even briefly, whatever the umask."""
         text = tomli_w.dumps(settings_to_toml(settings))
-        _write_atomic(self.path, text, 0o644)
+        _write_settings_file(self.path, text, 0o644)
         secrets = {k: getattr(settings, k).reveal() for k in _SECRET_KEYS if getattr(settings, k)}
         if secrets:
-            _write_atomic(self.secrets_path, tomli_w.dumps(secrets), 0o600)
+            _write_settings_file(self.secrets_path, tomli_w.dumps(secrets), 0o600)
         else:
             self.secrets_path.unlink(missing_ok=True)
 
@@ -402,22 +403,10 @@ def _with_secrets(settings: AppSettings, secrets: dict[str, Secret]) -> AppSetti
                                server_api_key=secrets.get("server_api_key"))
 
 
-def _write_atomic(path: Path, text: str, mode: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Unique per thread: a background save and a final save at exit never share a temp file.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    # Created with its final mode, so a secret is never readable by others, not even briefly.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)  # O_CREAT's mode is filtered by the umask; secrets must be exact
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+def _write_settings_file(path: Path, text: str, mode: int) -> None:
+    # A unique temporary name per writer: a background save and the final save at exit never
+    # share one. fsync: settings lost to a power cut cost the user their choices.
+    write_text(path, text, mode=mode, fsync=True, prefix=f".{path.name}.", suffix=".tmp")
 
 
 __all__ = ["QUANT_LEVELS", "THEMES", "AppSettings", "DraftSettings", "FitDefaults", "HubSettings",

@@ -34,10 +34,11 @@ sample made plain decoding look 7× slower than it was, and drafting at 0.55× o
 on for the whole reply. (The fastest alone would be biased low by ordinary noise: about 4%
 with ±5% noise, enough to switch a draft worth 8% off.)
 
-Acceptance. α is estimated per drafted token: a round that accepted a of d drafts is a
-successes and (a < d) one failure; tokens after the first rejection were never judged, so
-counting them as failures (accepted / drafted) would underestimate α. The estimate forgets
-per trial (`ALPHA_MEMORY` ≈ the last 100 judged drafts).
+Acceptance. α is the per-position probability of `runtime.speculative.stats`
+(`position_alpha`, not the acceptance rate users see): a round that accepted a of d drafts is
+a successes and (a < d) one failure (`judged_drafts`); tokens after the first rejection were
+never judged, so counting them as failures (accepted / drafted) would underestimate α. The
+estimate forgets per trial (`ALPHA_MEMORY` ≈ the last 100 judged drafts).
 
 Choice. Near its best the rate is flat in k (α = 0.97 on the SmolLM2 pair: k = 5..8 within
 4%), so noise in α decides among them, and a k chosen too short costs more than one too
@@ -69,6 +70,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from runtime.errors import SettingsError
+from runtime.speculative.stats import expected_tokens, judged_drafts, position_alpha
 
 State = Literal["learning", "on", "off", "probing"]
 OFF_TOLERANCE = 0.05  # drafting must be this much slower than plain to switch off
@@ -80,17 +82,6 @@ CLIMB_RISK = 0.05  # a climb is tried unless the model predicts it this much slo
 PLAIN_SAMPLES = 4  # the yardstick: the mean of the last few plain steps ...
 PLAIN_SPIKE = 1.5  # ... without those this much slower than the fastest of them
 PROBE_SHARE = 0.05  # what probes lose against plain: at most this share of the time off
-
-
-def expected_tokens(alpha: float, k: int) -> float:
-    """E(α, k): mean tokens emitted by a round that drafts k (accepted drafts + 1).
-
-    >>> round(expected_tokens(0.8, 4), 3)
-    3.362
-    """
-    if alpha >= 1.0:
-        return float(k + 1)
-    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
 def learning_plan(k_max: int) -> tuple[int, ...]:
@@ -216,7 +207,7 @@ class DraftLengthController:
         if drafted == 0:  # the drafter gave up at once: the target ran a plain step
             self.record_plain(t_verify + t_draft)
             return
-        judged = accepted + (1 if accepted < drafted else 0)
+        judged = judged_drafts(drafted, accepted)
         self._climb = accepted == drafted == self._k
         forget = ALPHA_MEMORY ** judged
         self._succ = self._succ * forget + accepted
@@ -244,8 +235,9 @@ class DraftLengthController:
 
     @property
     def alpha(self) -> float:
-        """Running per-token acceptance probability."""
-        return self._succ / self._trials
+        """Running per-position α (`stats.position_alpha`, decayed): the geometric model's
+        probability, not the acceptance rate shown as "acceptance"."""
+        return position_alpha(self._succ, self._trials)
 
     @property
     def t_draft(self) -> float | None:
@@ -343,13 +335,13 @@ class DraftLengthController:
         self._switch_off(lambda wait: (
             f"speculation off: {measured:.1f} tok/s with drafting is below "
             f"{plain:.1f} tok/s plain over the last {window} rounds "
-            f"(acceptance {self.alpha:.0%}); trying again in {wait} steps"), lost, failed_probe)
+            f"(α {self.alpha:.2f} per draft position); trying again in {wait} steps"), lost, failed_probe)
 
     def _predicted_reason(self, wait: int) -> str:
         c = self.cost_ratio
         cost = f"a draft step costing {c:.2f}× a target step" if c is not None else \
             "the measured draft cost"
-        return (f"speculation off: at acceptance {self.alpha:.0%} and {cost}, no draft "
+        return (f"speculation off: at α {self.alpha:.2f} per draft position and {cost}, no draft "
                 f"length beats plain decoding; trying again in {wait} steps")
 
     def probe_wait(self, lost_per_round: float | None = None) -> int:

@@ -34,13 +34,13 @@ import llama_cpp.llama_cpp as L
 import numpy as np
 
 from runtime.events import SamplingParams
+from runtime.gguf.vocab import TokenizerFacts
 from runtime.llama.binding import Batch, LlamaContext, LlamaModel, supports_gpu_offload
 from runtime.llama.params import to_llama_params
 from runtime.sampling import native
 from runtime.sampling.sampler import Sampler
 from runtime.settings.load import DraftSettings, LoadSettings
 from runtime.speculative.api import DraftProposal
-from runtime.speculative.compat import TokenizerFacts
 from runtime.speculative.pacing import PacedDrafter, Pacer
 
 logger = logging.getLogger("outrider.speculative")

@@ -1,5 +1,5 @@
 """Per-sequence pacing of speculative rounds: how many tokens to draft, what each round
-really cost, and the reply's statistics.
+really cost, and the reply's timing (for the measured speedup).
 
 A drafter sees the scheduler only through `propose` (before the batch) and `observe` (after
 the verify). The honest cost of a round is the whole scheduler cycle — drafting, the target's
@@ -18,8 +18,13 @@ them: the user waited for them).
 
 Worked example: a round drafts 4 in 6 ms, the target's batch and verify take 22 ms, 3 are
 accepted: `record_round(drafted=4, accepted=3, t_draft=0.006, t_verify=0.022)`, and the
-reply's statistics gain 4 tokens in 28 ms. Against a 20 ms plain step that is
+reply's timing gains 4 tokens in 28 ms. Against a 20 ms plain step that is
 4 / 28 × 20 = 2.86× measured.
+
+The reply's counts (drafted, accepted, the acceptance rate) are not kept here: the scheduler
+adds them up as it verifies each round (`Sequence.spec`), while a cycle closes only at the
+next propose — counted here they would lag one round behind what was streamed. Both use
+`runtime.speculative.stats`.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from dataclasses import dataclass
 
 from runtime.settings.load import DraftSettings
 from runtime.speculative.adaptive import DraftLengthController
-from runtime.speculative.stats import ReplySpecStats
+from runtime.speculative.stats import ReplyTiming
 
 
 @dataclass
@@ -60,16 +65,15 @@ class Pacer:
 
     Attributes:
         controller: the adaptive (or fixed) draft-length policy.
-        stats: the reply's running statistics.
+        timing: the reply's tokens and wall time so far (its measured speedup).
     """
 
-    def __init__(self, draft: DraftSettings, *, request_id: str = "", index: int = 0,
-                 clock: Callable[[], float] = time.perf_counter,
+    def __init__(self, draft: DraftSettings, *, clock: Callable[[], float] = time.perf_counter,
                  memory: CostMemory | None = None) -> None:
         k_max = draft.k if draft.k is not None else draft.k_max
         self.controller = DraftLengthController(k_max=max(1, k_max), fixed_k=draft.k,
                                                 p_min=draft.p_min)
-        self.stats = ReplySpecStats(request_id, index)
+        self.timing = ReplyTiming()
         self.clock = clock
         self._fixed = draft.k is not None
         self.memory = memory if memory is not None else CostMemory()
@@ -131,7 +135,7 @@ class Pacer:
 
     @property
     def measured_speedup(self) -> float:
-        return self.stats.measured(self.controller.t_plain)
+        return self.timing.measured(self.controller.t_plain)
 
     @property
     def off_reason(self) -> str | None:
@@ -149,12 +153,11 @@ class Pacer:
             # yardstick stays the target alone, the reply's clock counts everything.
             ctl.record_plain(target)
             self.memory.t_plain = ctl.t_plain
-            self.stats.record_plain(total)
+            self.timing.record_plain(total)
             return
         ctl.record_round(drafted=cycle.drafted, accepted=cycle.accepted, t_draft=cycle.t_draft,
                          t_verify=target)
-        self.stats.record_round(k=cycle.drafted, drafted=cycle.drafted, accepted=cycle.accepted,
-                                seconds=total, t_draft=ctl.t_draft, t_plain=ctl.t_plain)
+        self.timing.record_round(accepted=cycle.accepted, seconds=total)
 
 
 class PacedDrafter:

@@ -179,7 +179,7 @@ class Speculation:
         if draft.kind == "ngram":
             lookup = PromptLookup(draft.ngram_min, draft.ngram_max)
             return SpecSetup(
-                drafter_for=lambda seq: NgramDrafter(lookup, self._pacer(draft, seq, memory)),
+                drafter_for=lambda seq: NgramDrafter(lookup, self._pacer(draft, memory)),
                 verifier=verifier, k_max=k_max, draft_name="ngram",
                 notes=(f"drafting by prompt lookup ({draft.ngram_min}- to "
                        f"{draft.ngram_max}-grams, {k_text}, {draft.verifier} verifier)",))
@@ -205,7 +205,7 @@ class Speculation:
             # A child of the sequence's generator: seeded replies stay reproducible, and the
             # draft's draws never shift the target's own stream.
             rng = seq.sampler.rng.spawn(1)[0]
-            return DraftModel(context, seq.sampling, rng, self._pacer(draft, seq, memory),
+            return DraftModel(context, seq.sampling, rng, self._pacer(draft, memory),
                               greedy=greedy)
 
         return SpecSetup(
@@ -214,6 +214,5 @@ class Speculation:
                    f"p_min {draft.p_min}, {draft.verifier} verifier)",),
             close=context.close)
 
-    def _pacer(self, draft: DraftSettings, seq: Any, memory: CostMemory) -> Pacer:
-        return Pacer(draft, request_id=seq.request_id, index=seq.index, clock=self.clock,
-                     memory=memory)
+    def _pacer(self, draft: DraftSettings, memory: CostMemory) -> Pacer:
+        return Pacer(draft, clock=self.clock, memory=memory)

@@ -222,7 +222,7 @@ def test_cli_quantize_makes_the_file_and_refuses_requantize(
     from runtime.cli.main import main
 
     out = tmp_path / "cli.gguf"
-    assert main(["quantize", str(tiny_target), "--type", "q4_0", "--embeddings", "Q8_0",
+    assert main(["quantize", str(tiny_target), "--type", "q4_0", "--embeddings-type", "Q8_0",
                  "--edge-layers", "1:Q8_0", "--override", "ffn_down=Q5_0", "-o", str(out)]) == 0
     assert str(out) in capsys.readouterr().out
     types = read_tensor_types(out)

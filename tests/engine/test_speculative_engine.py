@@ -228,7 +228,7 @@ def test_the_pacer_times_whole_cycles_and_keeps_one_off_costs_out() -> None:
     ctl = pacer.controller
     assert ctl.t_draft == pytest.approx(0.002 / 8)
     assert ctl.verify_cost(8) == pytest.approx(0.030)
-    assert pacer.stats.emitted == 4 and pacer.stats.seconds == pytest.approx(0.035)
+    assert pacer.timing.emitted == 4 and pacer.timing.seconds == pytest.approx(0.035)
     pacer.proposed(0)
     clock.t += 0.020
     assert pacer.start(8) == 4  # still learning: half as long, for the verify line's slope
@@ -305,7 +305,9 @@ def test_statistics_are_streamed_per_round_and_kept_per_reply(tiny_target: Path)
     assert all(s.k <= 4 for s in steps)
     assert spec.mean_accepted_length > 1.0
     last = rounds[-1]
-    assert last.acceptance_rate == pytest.approx(spec.acceptance_rate)
+    assert (last.reply_drafted, last.reply_accepted) == (spec.drafted, spec.accepted)
+    assert last.acceptance_rate == spec.acceptance_rate == spec.accepted / spec.drafted
+    assert last.mean_accepted_length == spec.mean_accepted_length
     assert last.predicted_speedup > 0 and last.measured_speedup > 0  # a fixed k measures too
 
 

@@ -247,8 +247,10 @@ class Handler(BaseHTTPRequestHandler):
                 chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
                          "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}],
                          "outrider": {"token_ids": [100 + i], "from_draft": [drafted],
-                                      "step": {"drafted": 4, "accepted": 2, "k": 4,
-                                               "acceptance_rate": 0.5, "mean_accepted_length": 1.5,
+                                      "step": {"drafted": 4, "accepted": 2,
+                                               "reply_drafted": 4 * (i + 1),
+                                               "reply_accepted": 2 * (i + 1), "k": 4,
+                                               "acceptance_rate": 0.5, "mean_accepted_length": 3.0,
                                                "predicted_speedup": 1.4, "measured_speedup": 1.2,
                                                "drafting_off_reason": None}}}
                 self._event(None, chunk)
@@ -261,9 +263,10 @@ class Handler(BaseHTTPRequestHandler):
                                               "total_s": total},
                                   "usage": {"prompt_tokens": 12, "completion_tokens": len(tokens),
                                             "total_tokens": 12 + len(tokens)},
-                                  "speculative": {"drafted": 40, "accepted": 20,
+                                  "speculative": {"drafted": 4 * len(tokens),
+                                                  "accepted": 2 * len(tokens),
                                                   "acceptance_rate": 0.5,
-                                                  "mean_accepted_length": 1.5,
+                                                  "mean_accepted_length": 3.0,
                                                   "measured_speedup": 1.2}}}
             self._event(None, final)
             self._event(None, "[DONE]")

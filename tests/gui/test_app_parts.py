@@ -28,11 +28,12 @@ from app.engine.wire import (
     parse_ready_line,
 )
 from app.theme import DARK, LIGHT
+from app.widgets import cell, page_column, read_only_table
 from runtime.events import SamplingParams, StepStats
 
 PURE_MODULES = ["app.engine.wire", "app.chat.conversation", "app.chat.markdown", "app.chat.export",
                 "app.engine.process", "app.panels.history", "app.panels.base",
-                "tests.gui.fake_server", "app.settings.kv_notes"]
+                "tests.gui.fake_server", "app.settings.kv_notes", "app.services.download_advice"]
 
 
 @pytest.mark.parametrize("name", PURE_MODULES)
@@ -224,3 +225,45 @@ def test_throttle_coalesces_calls(qtbot) -> None:
     assert len(calls) == 2
     throttle.flush()  # nothing pending: nothing runs
     assert len(calls) == 2
+
+
+# -- shared widgets -------------------------------------------------------------------------
+
+def test_read_only_table_tips_one_stretched_column_and_cells(qtbot) -> None:
+    from app.qt import QtWidgets
+
+    table = read_only_table(("Model", "Repository", "Size"), stretch=1,
+                            tips={"Size": "On disk"})
+    qtbot.addWidget(table)
+    header = table.horizontalHeader()
+    modes = [header.sectionResizeMode(i) for i in range(3)]
+    assert modes == [QtWidgets.QHeaderView.ResizeMode.ResizeToContents,
+                     QtWidgets.QHeaderView.ResizeMode.Stretch,
+                     QtWidgets.QHeaderView.ResizeMode.ResizeToContents]
+    assert [table.horizontalHeaderItem(i).text() for i in range(3)] == ["Model", "Repository",
+                                                                        "Size"]
+    assert table.horizontalHeaderItem(2).toolTip() == "On disk"
+    assert table.horizontalHeaderItem(0).toolTip() == ""
+    assert table.selectionMode() == QtWidgets.QAbstractItemView.SelectionMode.SingleSelection
+    table.setRowCount(1)
+    table.setItem(0, 0, QtWidgets.QTableWidgetItem("m.gguf"))
+    assert cell(table, 0, 0).text() == "m.gguf"
+    with pytest.raises(LookupError, match=r"\(0, 1\) is empty"):
+        cell(table, 0, 1)
+
+
+def test_page_column_opens_with_title_and_muted_intro(qtbot) -> None:
+    from app.qt import QtWidgets
+
+    page = QtWidgets.QWidget()
+    qtbot.addWidget(page)
+    column = page_column(page, "Engine server", "Models run apart.", margins=(1, 2, 3, 4),
+                         spacing=5)
+    title, intro = (column.itemAt(i).widget() for i in range(2))
+    assert isinstance(title, QtWidgets.QLabel) and isinstance(intro, QtWidgets.QLabel)
+    assert (title.text(), title.objectName()) == ("Engine server", "pageTitle")
+    assert (intro.text(), intro.objectName(), intro.wordWrap()) == ("Models run apart.", "muted",
+                                                                    True)
+    margins = column.contentsMargins()
+    assert (margins.left(), margins.top(), margins.right(), margins.bottom()) == (1, 2, 3, 4)
+    assert column.spacing() == 5 and page.layout() is column

@@ -15,6 +15,6 @@ def test_free_memory_is_in_gib_like_the_other_pages(qtbot, tmp_path: Path) -> No
         qtbot.addWidget(page)
         qtbot.waitUntil(lambda: "free)" in page.recommended_title.text(), timeout=10_000)
         page._on_recommendations((int(22.8 * (1 << 30)), []))
-        assert page.recommended_title.text() == "Recommended for this machine (22.80 GiB free)"
+        assert page.recommended_title.text() == "Recommended for this machine (22.8 GiB free)"
     finally:
         runner.shutdown()

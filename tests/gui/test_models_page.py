@@ -129,7 +129,7 @@ def test_partial_badge_and_tooltip_text() -> None:
            "devices": [{"name": "RTX", "total": 3 * GiB, "free_bytes": 4 * GiB}]}
     assert badge_text(fit) == "Partial 20 of 33"
     tip = badge_tooltip(fit)
-    assert "KV cache: 512.00 MiB at 8,192 tokens, K q8_0 / V q8_0" in tip
+    assert "KV cache: 512 MiB at 8,192 tokens, K q8_0 / V q8_0" in tip
     assert "RTX: needs 3.00 GiB of 4.00 GiB free" in tip
     assert "Largest context that fits: 16,384 tokens" in tip
     assert badge_text(None) == "Unknown"
@@ -293,7 +293,7 @@ def test_picks_before_any_search_then_sort_and_filters(qtbot, page: ModelsPage) 
     discover = page.discover
     assert discover.stack.currentWidget() is discover.picks
     qtbot.waitUntil(lambda: discover.picks.rowCount() > 0, timeout=WAIT)
-    assert "16.00 GiB free" in discover.status.text()
+    assert "16.0 GiB free" in discover.status.text()
     from runtime.hub.catalog import load_catalog
 
     fitting = [m.repo for m in load_catalog().for_memory(16 * GiB) if m.role in ("chat", "code")]
@@ -367,7 +367,8 @@ def test_settings_reach_the_services(qtbot, services: ModelServices,
 
 def test_draft_verdicts_are_kept_per_pair(tiny_target: Path, tiny_draft: Path,
                                           alien_draft: Path) -> None:
-    from app.services.drafts import NOT_SMALLER, DraftVerdicts, judge_drafts
+    from app.services.drafts import DraftVerdicts, judge_drafts
+    from runtime.library.drafts import NOT_SMALLER
     from runtime.library.library import Library
 
     library = Library(user_dirs().models)

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from app.engine.wire import DeviceMemory, MetricsSnapshot, ModelInfo
+from app.engine.wire import DeviceMemory, MetricsSnapshot, ServedModel
 from app.panels import base as base_module
 from app.panels import speculative as speculative_module
 from app.panels import speed as speed_module
@@ -144,11 +144,12 @@ def dock(qtbot) -> LivePanels:
     made.resize(DOCK_WIDTH, 500)
     made.show()
     qtbot.waitExposed(made)
-    made.on_model(ModelInfo("model", draft="ngram"))
+    made.on_model(ServedModel("model", draft="ngram"))
     made.on_metrics(busy_snapshot(T0))
     made.on_busy(True)
     for i in range(3):
-        made.on_step(StepStats("r", i, drafted=11_728, accepted=6_172, k=16,
+        made.on_step(StepStats("r", i, drafted=11_728, accepted=6_172,
+                               reply_drafted=11_728 * (i + 1), reply_accepted=6_172 * (i + 1), k=16,
                                acceptance_rate=0.53, mean_accepted_length=3.42,
                                predicted_speedup=2.85, measured_speedup=2.41))
     made.on_busy(False)  # shows the last round now
@@ -178,7 +179,7 @@ def test_the_bar_chart_names_its_devices_in_full_on_hover(dock: LivePanels) -> N
     chart = dock.memory.chart
     [(shown, _rect)] = axis_labels(chart, "bottom")
     assert shown.endswith("…") and XEON.startswith(shown[:-1])
-    assert chart.getPlotItem().toolTip() == f"{XEON}: planned 9,999 MiB, used 9,876 MiB"
+    assert chart.getPlotItem().toolTip() == f"{XEON}: planned 9.76 GiB, used 9.64 GiB"
 
 
 def test_the_planned_stack_adds_up_to_the_plans_total(panels: dict[str, Panel]) -> None:
@@ -262,12 +263,14 @@ def test_legends_are_in_the_muted_text_colour_in_either_theme(dock: LivePanels) 
 
 # -- the Drafting line: what is true of drafting now -----------------------------------------
 
-NGRAM = ModelInfo("model", path="/models/model.gguf", draft="ngram")
+NGRAM = ServedModel("model", path="/models/model.gguf", draft="ngram")
 OFF = "speculation off: 9.0 tok/s with drafting is below 10.0 tok/s plain"
 
 
 def a_round(i: int, **changes: object) -> StepStats:
-    step = StepStats("r", i, drafted=4, accepted=2, k=4, acceptance_rate=0.5,
+    """Round i of a reply whose rounds each keep 2 of 4 drafts."""
+    step = StepStats("r", i, drafted=4, accepted=2, reply_drafted=4 * (i + 1),
+                     reply_accepted=2 * (i + 1), k=4, acceptance_rate=0.5,
                      mean_accepted_length=2.0, predicted_speedup=1.4, measured_speedup=1.2)
     return replace(step, **changes)  # type: ignore[arg-type]
 
@@ -336,5 +339,5 @@ def test_a_new_load_starts_over(live: LivePanels) -> None:
     assert live.speculative.values["counts"].text() == "–"
     live.on_model(NGRAM)
     assert drafting(live) == "ngram: waiting for the first speculative round"
-    live.on_model(ModelInfo("model", draft_refused="the vocabularies differ"))
+    live.on_model(ServedModel("model", draft_refused="the vocabularies differ"))
     assert drafting(live) == "off — draft refused: the vocabularies differ"

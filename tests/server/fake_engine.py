@@ -203,8 +203,10 @@ class FakeEngine:
         handle.queue.put(TokenEvent(handle.id, seq.index, token, piece,
                                     from_draft=len(seq.generated) % 3 == 0))
         if len(seq.generated) % 4 == 0:
-            handle.queue.put(StepStats(handle.id, seq.index, drafted=4, accepted=3, k=4,
-                                       acceptance_rate=0.75, mean_accepted_length=3.0,
+            rounds = len(seq.generated) // 4
+            handle.queue.put(StepStats(handle.id, seq.index, drafted=4, accepted=3,
+                                       reply_drafted=4 * rounds, reply_accepted=3 * rounds, k=4,
+                                       acceptance_rate=0.75, mean_accepted_length=4.0,
                                        predicted_speedup=1.5, measured_speedup=1.2))
         if len(seq.generated) >= sampling.max_tokens:
             self._finish(seq, "length")

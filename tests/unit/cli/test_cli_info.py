@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cli.main import info as cli_info
+from runtime.cli import info as cli_info
 from runtime.cli.main import main
 from runtime.planner.devices import Device
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.cli import desktop as cli_desktop
 from runtime.cli.desktop import (
     ICON_SIZES,
     exec_value,
@@ -17,7 +18,6 @@ from runtime.cli.desktop import (
     packaging_dir,
     remove_desktop_entry,
 )
-from runtime.cli.main import desktop as cli_desktop
 from runtime.cli.main import main
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),

@@ -17,7 +17,8 @@ import pytest
 
 from runtime.errors import IncompleteSplit, ModelFileError, ModelNotFound, TruncatedModel
 from runtime.gguf import remote as remote_gguf
-from runtime.gguf.info import ModelInfo, read_model_info, read_remote_model_info
+from runtime.gguf.info import ModelInfo, read_model_info
+from runtime.gguf.remote import read_remote_model_info
 from tests.fixtures.tiny_gguf import ALIEN_DRAFT, DRAFT, TARGET, TinySpec, vocabulary
 
 

@@ -12,6 +12,7 @@ from huggingface_hub import hf_hub_download
 
 from runtime.errors import ModelNotFound, NotAGGUF, OutriderError
 from runtime.gguf.info import read_model_info
+from runtime.library.drafts import DraftJudge, compatible_drafts
 from runtime.library.library import Library
 from tests.hubserver import TINY_REPO, FakeHub
 from tests.hubserver.fixtures import fake_hub  # noqa: F401  (a fixture)
@@ -147,6 +148,6 @@ def test_compatible_drafts_share_the_vocabulary(tmp_path: Path, tiny_target: Pat
     target = lib.import_file(tiny_target, "copy", repo_id="tiny/Target-GGUF")
     draft = lib.import_file(tiny_draft, "copy", repo_id="tiny/Draft-GGUF")
     alien = lib.import_file(alien_draft, "copy", repo_id="tiny/Alien-GGUF")
-    assert [m.path for m in lib.compatible_drafts(target)] == [draft.path]
-    assert lib.draft_refusals(target, alien)  # reasons, in words
-    assert lib.compatible_drafts(draft) == []  # a draft needs a smaller model
+    assert [m.path for m in compatible_drafts(target, lib.scan())] == [draft.path]
+    assert DraftJudge().refusals(target, alien)  # reasons, in words
+    assert compatible_drafts(draft, lib.scan()) == []  # a draft needs a smaller model

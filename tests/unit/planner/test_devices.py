@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from runtime.planner import devices
 from runtime.planner.devices import Device, GgmlDevice, engine_rss_bytes, list_devices
-from runtime.planner.plan import devices
 
 GIB = 1 << 30
 

@@ -104,7 +104,8 @@ class FakeEngine:
         decode = 100.0 if self._settings.type_k == "f16" else 80.0
         events: list[Event] = [TokenEvent("req-1", 0, 5, "x")]
         if self._settings.draft.kind == "ngram":
-            events.append(StepStats("req-1", 0, drafted=4, accepted=3, k=4, acceptance_rate=0.75,
+            events.append(StepStats("req-1", 0, drafted=4, accepted=3, reply_drafted=4,
+                                    reply_accepted=3, k=4, acceptance_rate=0.75,
                                     mean_accepted_length=4, predicted_speedup=2,
                                     measured_speedup=2))
         events.append(Finished("req-1", 0, "length", Usage(120, 16),

@@ -11,12 +11,8 @@ import numpy as np
 import pytest
 
 from runtime.errors import SettingsError
-from runtime.speculative.adaptive import (
-    PROBE_ROUNDS,
-    DraftLengthController,
-    expected_tokens,
-    learning_plan,
-)
+from runtime.speculative.adaptive import PROBE_ROUNDS, DraftLengthController, learning_plan
+from runtime.speculative.stats import expected_tokens
 
 MS = 1e-3
 
@@ -81,6 +77,8 @@ def test_low_acceptance_switches_off_with_a_reason() -> None:
     ks = _run(ctrl, 300, 0.05, 2 * MS, lambda k: (10 + 2 * k) * MS, np.random.default_rng(3))
     assert ctrl.state == "off"
     assert ctrl.off_reason is not None and ctrl.off_reason.startswith("speculation off")
+    # its α is the per-position estimate, never what users read as "acceptance"
+    assert "acceptance" not in ctrl.off_reason and "per draft position" in ctrl.off_reason
     assert ks[-50:].count(0) == 50  # plain decoding while off
 
 

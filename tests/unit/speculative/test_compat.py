@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import ModelFileError, ModelNotFound, NotAGGUF
-from runtime.speculative.compat import TokenizerFacts, check_draft_compat
+from runtime.gguf.vocab import TokenizerFacts
+from runtime.speculative.compat import check_draft_compat
 
 
 def test_tiny_draft_is_compatible_with_tiny_target(tiny_target: Path, tiny_draft: Path) -> None:

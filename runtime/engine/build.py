@@ -1,0 +1,45 @@
+"""The one engine factory: `outrider run`, `outrider chat`, `outrider serve` and the quality
+tools all get their engine here, so they load a model the same way.
+
+    engine = build_engine()
+    engine.start()
+    engine.load(LoadSettings(model_path=path))  # gpu_layers None, "auto": the planner's count
+
+Every engine gets:
+
+- drafting (`Speculation`): it attaches per load only when the settings ask for a draft
+  model or prompt lookup, so a plain load costs nothing for it;
+- the memory planner's GPU-layer choice for "auto" (`runtime.planner.gpu_layers`), asked
+  only where llama.cpp was built with a GPU backend — on a CPU build there is nothing to
+  decide, and the planner, which sees an NVIDIA card through NVML whatever llama.cpp was
+  built with, must not put layers on it.
+
+Why one factory: the engine used to be assembled in three places that disagreed — the server
+passed the planner, `outrider run` did not (so "auto" stayed on the CPU of a GPU machine), and
+the bench wrapped the same modules in import guards. Tests that want a bare engine (no
+drafting, no planner) construct `Engine` directly.
+"""
+
+from __future__ import annotations
+
+from runtime.engine.engine import Engine
+from runtime.llama.binding import supports_gpu_offload
+from runtime.planner.gpu_layers import planned_gpu_layers
+from runtime.settings.load import LoadSettings
+from runtime.speculative.speculation import Speculation
+
+
+def build_engine() -> Engine:
+    """A new engine (not started) with drafting and the planner's automatic GPU layers."""
+    return Engine(speculation=Speculation(), plan_gpu_layers=auto_gpu_layers)
+
+
+def auto_gpu_layers(settings: LoadSettings) -> int | None:
+    """GPU layers for `settings`: 0 on a CPU-only llama.cpp build, else the planner's count
+    (None when it cannot read the model: the engine then keeps it on the CPU and says so).
+    A count the user gave wins over either, so none is planned for it."""
+    if settings.gpu_layers is not None:
+        return settings.gpu_layers
+    if not supports_gpu_offload():
+        return 0
+    return planned_gpu_layers(settings)
