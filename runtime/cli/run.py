@@ -7,7 +7,7 @@
 
 With a draft (`--draft DRAFT.gguf` or `--draft ngram`) the reply is decoded speculatively
 (lossless: the same distribution as without) and the statistics add drafted and accepted
-tokens, the acceptance rate, tokens per target step, k, and predicted vs measured speedup.
+tokens, the acceptance rate, tokens per round, k, and predicted vs measured speedup.
 
 The reply streams to stdout; load notes and the statistics go to stderr, so
 `outrider run … > answer.txt` keeps only the answer. `MODEL` is a .gguf path or `default`
@@ -180,7 +180,7 @@ def _stats_line(done: Finished) -> str:
 
 
 def _spec_line(done: Finished, step: StepStats | None) -> str:
-    """drafted 120 · accepted 96 (80.0%) · 2.9 tokens per target step · k 4 · speedup
+    """drafted 120 · accepted 96 (80.0%) · 2.9 tokens per round · k 4 · speedup
     predicted 1.62× / measured 1.48×"""
     spec = done.speculative
     assert spec is not None
@@ -188,7 +188,7 @@ def _spec_line(done: Finished, step: StepStats | None) -> str:
     predicted = f"{step.predicted_speedup:.2f}×" if step is not None and step.k else "n/a"
     measured = f"{spec.measured_speedup:.2f}×" if spec.measured_speedup > 0 else "n/a"
     line = (f"drafted {spec.drafted} · accepted {spec.accepted} ({spec.acceptance_rate:.1%}) · "
-            f"{spec.mean_accepted_length:.2f} tokens per target step{k} · speedup predicted "
+            f"{spec.mean_accepted_length:.2f} tokens per round{k} · speedup predicted "
             f"{predicted} / measured {measured}")
     if step is not None and step.drafting_off_reason:
         line += f"\n{step.drafting_off_reason}"

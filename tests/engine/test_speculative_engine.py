@@ -354,7 +354,7 @@ def test_run_with_a_draft_prints_the_statistics(tiny_target: Path,
     assert code == 0
     assert f"draft {tiny_target.stem}" in err
     line = next(x for x in err.splitlines() if x.startswith("drafted "))
-    assert "accepted" in line and "%" in line and "tokens per target step" in line
+    assert "accepted" in line and "%" in line and "tokens per round" in line
     assert " · k " in line and "predicted" in line and "measured" in line
 
 
