@@ -9,10 +9,12 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
+import importlib.util
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,7 +45,69 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _run(args, user_dirs())
 
 
+# What Qt's xcb platform plugin (libqxcb.so) loads beyond libxcb itself, with the package
+# that ships each: (library, Debian/Ubuntu package, Fedora package).
+XCB_LIBRARIES = (
+    ("libxcb-icccm.so.4", "libxcb-icccm4", "xcb-util-wm"),
+    ("libxcb-keysyms.so.1", "libxcb-keysyms1", "xcb-util-keysyms"),
+    ("libxcb-image.so.0", "libxcb-image0", "xcb-util-image"),
+    ("libxcb-render-util.so.0", "libxcb-render-util0", "xcb-util-renderutil"),
+    ("libxcb-cursor.so.0", "libxcb-cursor0", "xcb-util-cursor"),
+    ("libxcb-shape.so.0", "libxcb-shape0", "libxcb"),
+    ("libxcb-xkb.so.1", "libxcb-xkb1", "libxcb"),
+    ("libxkbcommon-x11.so.0", "libxkbcommon-x11-0", "libxkbcommon-x11"),
+)
+
+
+def missing_xcb_libraries(environ: dict[str, str] | os._Environ[str] = os.environ,
+                          platform: str = sys.platform,
+                          load: Callable[[str], object] = ctypes.CDLL) -> list[tuple[str, str, str]]:
+    """The xcb plugin's libraries this machine lacks, when Qt is about to use that plugin
+    (Linux, QT_QPA_PLATFORM unset or xcb); [] otherwise. Without them Qt aborts the process
+    with "could not load the Qt platform plugin xcb" and no word on what to install. Each
+    library is loaded by its soname (`ctypes.CDLL`, the dynamic loader's own search), so no
+    `ldd` is needed:
+
+        >>> missing_xcb_libraries({}, "linux", load=lambda name: None)
+        []
+        >>> missing_xcb_libraries({"QT_QPA_PLATFORM": "offscreen"}, "linux")
+        []
+    """
+    if platform != "linux" or environ.get("QT_QPA_PLATFORM", "xcb").split(":")[0] != "xcb":
+        return []
+    missing = []
+    for entry in XCB_LIBRARIES:
+        try:
+            load(entry[0])
+        except OSError:
+            missing.append(entry)
+    return missing
+
+
+def xcb_advice(missing: list[tuple[str, str, str]]) -> str:
+    """What to tell the user about `missing` (see `missing_xcb_libraries`)."""
+    debian = " ".join(dict.fromkeys(deb for _, deb, _ in missing))
+    fedora = " ".join(dict.fromkeys(fed for _, _, fed in missing))
+    names = ", ".join(lib for lib, _, _ in missing)
+    return (f"Outrider cannot open its window: Qt's X11 (xcb) platform needs {names}, which "
+            f"this system lacks. Install it and start Outrider again:\n"
+            f"  Debian/Ubuntu: sudo apt-get install {debian}\n"
+            f"  Fedora:        sudo dnf install {fedora}\n"
+            "(or run under Wayland with QT_QPA_PLATFORM=wayland)")
+
+
+def _qt_has_xcb_plugin() -> bool:
+    spec = importlib.util.find_spec("PySide6")  # found, not imported: Qt is not loaded yet
+    folders = spec.submodule_search_locations if spec is not None else None
+    return any((Path(folder) / "Qt" / "plugins" / "platforms" / "libqxcb.so").is_file()
+               for folder in folders or ())
+
+
 def _run(args: argparse.Namespace, dirs: UserDirs) -> int:
+    missing = missing_xcb_libraries() if _qt_has_xcb_plugin() else []
+    if missing:
+        print(xcb_advice(missing), file=sys.stderr)
+        return 1
     # Qt is imported here, not at module level: `outrider --version` must stay fast.
     from app.chat.store import ChatStore
     from app.crash import CrashReporter

@@ -5,8 +5,9 @@ are not compared in tests. The app runs over a temporary data folder (chats, set
 with the real engine and the default model (n-gram drafting on, so the speculative panel and
 the draft-token highlight have something to show), linked into the temporary library so the
 Models page's Library tab and the Settings page's Model tab have it to show. Every tab of the
-Models page (Discover, Downloads, Library) and the Settings page (App, Model) is visited; the
-Hub is not reached, so the Repository tab is left out.
+Models page (Discover, Downloads, Library) and the Settings page (App, Model) is visited, at
+each of `SIZES` (files named `chat-1024x700.png` …); the Hub is not reached, so the Repository
+tab is left out.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from runtime.settings.load import DraftSettings, LoadSettings
 from runtime.settings.user import ModelPrefs
 
 PROMPT = "Write a short Python function that reverses a string, and explain it in one sentence."
-SIZE = (1400, 880)
+SIZE = (1400, 880)  # while the tour loads the model and chats
+SIZES = ((1024, 700), (1920, 1080))  # every page is taken at each: the smallest and a desktop
 
 
 class Tour(QtCore.QObject):
@@ -32,6 +34,7 @@ class Tour(QtCore.QObject):
 
     def __init__(self, app: QtWidgets.QApplication, window: object, out: Path, model: Path) -> None:
         super().__init__()
+        self._size = SIZE
         from app.window import MainWindow
 
         if not isinstance(window, MainWindow):
@@ -50,7 +53,6 @@ class Tour(QtCore.QObject):
         w.resize(*SIZE)
         w.show()
         self._deadline.start()
-        self._grab("first-run", before=lambda: w.show_page(4))
         w.models_page.setCurrentIndex(DISCOVER)
         w.show_page(0)
         w.client.state_changed.connect(self._on_state)
@@ -81,9 +83,30 @@ class Tour(QtCore.QObject):
     def _pages(self) -> None:
         import dataclasses
 
+        from app.settings.settings_page import MODEL
+        from app.window import CHAT, SETTINGS
+
+        w = self.window
+        settings = w.settings_page
+        for self._size in SIZES:
+            w.resize(*self._size)
+            self._light_pages()
+        w.settings.update(dataclasses.replace(w.settings.settings, theme="dark"))
+
+        def model_tab() -> None:
+            w.show_page(SETTINGS)
+            settings.setCurrentIndex(MODEL)
+
+        for self._size in SIZES:  # through the setting, as the App tab's Theme combo does it
+            w.resize(*self._size)
+            self._grab("chat-dark", before=lambda: w.show_page(CHAT))
+            self._grab("settings-model-dark", before=model_tab)
+        self._stop(None)
+
+    def _light_pages(self) -> None:
         from app.models.models_page import DISCOVER, DOWNLOADS, LIBRARY
-        from app.settings.settings_page import APP, MODEL
-        from app.window import CHAT, MODELS, SERVER, SETTINGS
+        from app.settings.settings_page import APP
+        from app.window import CHAT, FIRST_RUN, MODELS, SERVER, SETTINGS
 
         w = self.window
         w.chat.drafts_button.setChecked(True)
@@ -113,14 +136,7 @@ class Tour(QtCore.QObject):
         self._grab("settings-model", before=model_settings,
                    ready=lambda: settings.model.plan_view.plan is not None)
         self._grab("server", before=lambda: w.show_page(SERVER))
-
-        def dark() -> None:  # through the setting, as the App tab's Theme combo does it
-            w.settings.update(dataclasses.replace(w.settings.settings, theme="dark"))
-            w.show_page(CHAT)
-
-        self._grab("chat-dark", before=dark)
-        self._grab("settings-model-dark", before=tab(SETTINGS, settings, MODEL))
-        self._stop(None)
+        self._grab("first-run", before=lambda: w.show_page(FIRST_RUN))
 
     def _grab(self, name: str, before: Callable[[], None],
               ready: Callable[[], bool] | None = None) -> None:
@@ -134,7 +150,8 @@ class Tour(QtCore.QObject):
             if ready is None or ready():
                 break
             QTest.qWait(200)
-        path = self.out / f"{name}.png"
+        width, height = self._size
+        path = self.out / f"{name}-{width}x{height}.png"
         self.window.grab().save(str(path))
         self.saved.append(path)
         print(f"saved {path}", flush=True)

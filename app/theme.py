@@ -138,6 +138,18 @@ def style_sheet(p: Palette) -> str:
         border: 1px solid {p.border}; border-radius: 6px; padding: 4px 6px; background: {p.surface}; }}
     QLineEdit:focus, QPlainTextEdit:focus, QComboBox:focus {{ border-color: {p.accent}; }}
     QComboBox::drop-down {{ border: none; width: 18px; }}
+    /* A styled combo box draws no arrow of its own: a 5 px triangle out of borders (no image
+       file to ship or to recolour per theme). */
+    QComboBox::down-arrow {{ width: 0; height: 0; border-left: 4px solid transparent;
+                             border-right: 4px solid transparent; border-top: 5px solid {p.muted}; }}
+    QComboBox::down-arrow:disabled {{ border-top-color: {p.border}; }}
+    /* Fusion outlines a check box in the window colour darkened, invisible on the dark theme:
+       an outline in the muted text colour, and checked filled with the accent. */
+    QCheckBox::indicator {{ width: 13px; height: 13px; border: 1px solid {p.muted};
+                            border-radius: 3px; background: {p.surface}; }}
+    QCheckBox::indicator:checked {{ background: {p.accent}; border-color: {p.accent}; }}
+    QCheckBox::indicator:disabled {{ border-color: {p.border}; }}
+    QCheckBox::indicator:checked:disabled {{ background: {p.border}; }}
     /* Rounded spin boxes draw broken arrow buttons in Fusion: hide them (keys and the wheel
        still step the value). NoButtons would collapse the text field to 1 px instead. */
     QSpinBox::up-button, QSpinBox::down-button, QDoubleSpinBox::up-button,
@@ -154,6 +166,9 @@ def style_sheet(p: Palette) -> str:
     QTabBar::tab:disabled {{ color: {p.border}; }}
     QProgressBar {{ border: none; background: {p.border}; border-radius: 3px; max-height: 6px; }}
     QProgressBar::chunk {{ background: {p.accent}; border-radius: 3px; }}
+    /* A download's bar carries its text ("45% of 1.02 GiB"): tall enough for a line. */
+    QAbstractItemView QProgressBar {{ max-height: 20px; min-height: 18px; margin: 2px 4px;
+                                      text-align: center; color: {p.text}; }}
     QStatusBar {{ background: {p.sidebar}; border-top: 1px solid {p.border}; color: {p.muted}; }}
     QStatusBar QLabel {{ padding: 0 8px; color: {p.muted}; }}
     QDockWidget {{ font-weight: 600; }}

@@ -1,10 +1,12 @@
 """Small widgets the pages share, and the few layout pieces every page builds the same way:
-a page's title and intro, a muted note, a read-only table and its cells.
+a page's title and intro, a muted note, a read-only table and its cells, and the guard that
+keeps the scroll wheel from editing fields the user is scrolling past.
 
     column = page_column(self, "Engine server", "Models run in a separate process…",
                          margins=(28, 22, 28, 22), spacing=14)
     table = read_only_table(("Model", "Repository", "Size"), stretch=1)
     cell(table, 0, 2).setText(fmt_bytes(model.size))   # runtime.units: "4.36 GiB"
+    app.installEventFilter(WheelGuard(window))          # once, by the main window
 """
 
 from __future__ import annotations
@@ -104,3 +106,50 @@ def cell(table: QtWidgets.QTableWidget, row: int, column: int) -> QtWidgets.QTab
     if item is None:
         raise LookupError(f"table cell ({row}, {column}) is empty")
     return item
+
+
+WHEEL_GUARDED = (QtWidgets.QAbstractSpinBox, QtWidgets.QComboBox, QtWidgets.QAbstractSlider)
+
+
+class WheelGuard(QtCore.QObject):
+    """An application-wide event filter: the scroll wheel over a spin box, combo box or slider
+    that does not have focus scrolls the page around it instead of changing the value
+    (Settings once went from Batch size 512 to 1 as the user scrolled past it). Once the user
+    clicks or tabs into the field, the wheel steps it as usual.
+
+    Two parts, both needed: those widgets get `StrongFocus` when polished (their default,
+    `WheelFocus`, lets the first wheel event focus them, and the field is then "focused"),
+    and an unfocused one's wheel event is handed to the nearest scroll area's viewport.
+    Handing it on by hand, not by ignoring it: Qt 6 propagates only spontaneous wheel events
+    to the parent, and a scroll bar or a test sends synthetic ones. Scroll bars are sliders
+    too, but never guarded: they are the page's own scrolling.
+    """
+
+    def eventFilter(self, watched: QtCore.QObject, event: QtCore.QEvent) -> bool:
+        kind = event.type()
+        if kind == QtCore.QEvent.Type.Polish and _guarded(watched):
+            watched.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # type: ignore[attr-defined]
+        elif (kind == QtCore.QEvent.Type.Wheel and isinstance(event, QtGui.QWheelEvent)
+              and _guarded(watched) and not watched.hasFocus()):  # type: ignore[attr-defined]
+            _scroll_page(watched, event)  # type: ignore[arg-type]
+            return True
+        return False
+
+
+def _guarded(obj: QtCore.QObject) -> bool:
+    return isinstance(obj, WHEEL_GUARDED) and not isinstance(obj, QtWidgets.QScrollBar)
+
+
+def _scroll_page(widget: QtWidgets.QWidget, event: QtGui.QWheelEvent) -> None:
+    """Send `event` to the viewport of the scroll area around `widget`, if there is one."""
+    parent = widget.parentWidget()
+    while parent is not None and not isinstance(parent, QtWidgets.QAbstractScrollArea):
+        parent = parent.parentWidget()
+    if parent is None:
+        return
+    viewport = parent.viewport()
+    global_pos = event.globalPosition()
+    local = QtCore.QPointF(viewport.mapFromGlobal(global_pos.toPoint()))
+    copy = QtGui.QWheelEvent(local, global_pos, event.pixelDelta(), event.angleDelta(),
+                             event.buttons(), event.modifiers(), event.phase(), event.inverted())
+    QtCore.QCoreApplication.sendEvent(viewport, copy)

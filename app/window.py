@@ -32,11 +32,13 @@ from app.models.models_page import ModelsPage
 from app.qt import Qt, QtCore, QtGui, QtWidgets, Signal
 from app.server.page import ServerPage
 from app.services.background import BackgroundRunner
+from app.services.memory_terms import ENGINE_RAM_TIP, PLANNED_TIP, engine_ram_text
 from app.services.models import ModelServices
 from app.services.settings import SettingsController
+from app.settings.settings_page import APP as APP_SETTINGS
 from app.settings.settings_page import SettingsPage
 from app.theme import Palette, apply_theme, palette_for, system_palette
-from app.widgets import page_column
+from app.widgets import ElidedLabel, WheelGuard, page_column
 from runtime.events import SamplingParams
 from runtime.library.library import LibraryModel
 from runtime.paths import UserDirs
@@ -49,6 +51,10 @@ if TYPE_CHECKING:  # imported when first built: pyqtgraph takes ~0.5 s (see ensu
 
 PAGES = ("Chat", "Models", "Settings", "Server")
 CHAT, MODELS, SETTINGS, SERVER, FIRST_RUN = range(5)
+# Narrower than this, the Live dock folds away to its status-bar toggle (and comes back when
+# the window widens again): beside a 1024 px window's pages it would leave the Downloads
+# table's file names "s…". The user can still open it there; it then shrinks to 240 px.
+PANELS_MIN_WINDOW_WIDTH = 1200
 _STATE_COLORS = {EngineState.READY: "ok", EngineState.CRASHED: "error_text",
                  EngineState.LOADING: "warn", EngineState.STARTING: "warn"}
 
@@ -86,9 +92,13 @@ class MainWindow(QtWidgets.QMainWindow):
         self._palette = palette or palette_for(self._theme, _app())
         if palette is None:  # else the caller has applied it (before building anything)
             apply_theme(_app(), self._palette)
+        # Before the pages are built and polished: the guard sets their fields' focus policy.
+        _app().installEventFilter(WheelGuard(self))
         self._default_model = default_model
         self._painted = False
         self._closed = False
+        self._panels_folded = False  # hidden by a narrow window, not by the user
+        self._narrow: bool | None = None  # the window's width class when last looked at
         self.panels: LivePanels | None = None
         self._last_metrics: MetricsSnapshot | None = None
         self._window_state = QtCore.QSettings(str(dirs.config / "window.ini"),
@@ -102,7 +112,7 @@ class MainWindow(QtWidgets.QMainWindow):
                                          sampling_defaults=self._sampling_defaults)
         self.picker = ModelPicker(client, self.runner, self._models_dir(),
                                   settings_for=self._load_settings_for)
-        self.chat = ChatPage(self.controller, self.picker, self._palette)
+        self.chat = ChatPage(self.controller, self.picker, self._palette, settings=self.settings)
         self.models_page = ModelsPage(self.model_services)
         self.settings_page = SettingsPage(self.settings, self.model_services,
                                           default_models_dir=dirs.models)
@@ -154,8 +164,10 @@ class MainWindow(QtWidgets.QMainWindow):
     def _build_status_bar(self) -> None:
         bar = self.statusBar()
         bar.setSizeGripEnabled(False)
-        self.model_label = QtWidgets.QLabel("No model")
-        self.memory_label = QtWidgets.QLabel()
+        # Elided, not plain labels: a status bar is as wide as its labels' whole text, and
+        # "SmolLM2-1.7B-Instruct · Q4_K_M" beside the engine's RAM would widen a 1024 px window.
+        self.model_label = ElidedLabel("No model")
+        self.memory_label = ElidedLabel()
         self.state_button = QtWidgets.QToolButton()
         self.state_button.setToolTip("Engine state — click for the Server page")
         self.state_button.clicked.connect(self._show_server)
@@ -164,8 +176,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.panels_button.setCheckable(True)
         self.panels_button.setChecked(True)
         self.panels_button.toggled.connect(self.set_panels_visible)
-        bar.addWidget(self.model_label)
-        bar.addWidget(self.memory_label)
+        bar.addWidget(self.model_label, 1)
+        bar.addWidget(self.memory_label, 1)
         bar.addPermanentWidget(self.panels_button)
         bar.addPermanentWidget(self.state_button)
         self._on_state(self.client.state)
@@ -192,9 +204,11 @@ class MainWindow(QtWidgets.QMainWindow):
         self.chat.message.connect(self._show_message)
         self.first_run.use_model.connect(self._on_first_run_model)
         self.first_run.browse_models.connect(self._show_models)
+        self.first_run.open_repo.connect(self._open_repo)
         self.first_run.skip.connect(self._show_chat)
         self.models_page.load_requested.connect(self._on_library_load)
         self.models_page.settings_requested.connect(self.show_model_settings)
+        self.models_page.app_settings_requested.connect(self.show_app_settings)
         self.models_page.message.connect(self._show_message)
         self.settings_page.model.load_requested.connect(self._on_settings_load)
         # A quant switch: the same settings, the other file, no questions.
@@ -228,10 +242,19 @@ class MainWindow(QtWidgets.QMainWindow):
         self.settings_page.show_model(Path(path))
         self.show_page(SETTINGS)
 
+    def show_app_settings(self) -> None:
+        """Settings → App (the Hub mirror), from a Hub call that found no connection."""
+        self.settings_page.setCurrentIndex(APP_SETTINGS)
+        self.show_page(SETTINGS)
+
     def _show_chat(self) -> None:
         self.show_page(CHAT)
 
     def _show_models(self) -> None:
+        self.show_page(MODELS)
+
+    def _open_repo(self, repo_id: str) -> None:
+        self.models_page.open_repo(repo_id)
         self.show_page(MODELS)
 
     def _show_server(self) -> None:
@@ -319,6 +342,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, panels)
         self.resizeDocks([panels], [380], Qt.Orientation.Horizontal)
         self.controller.step_received.connect(panels.on_step)
+        self.controller.first_token.connect(panels.speed.update_ttft)
         self.controller.busy_changed.connect(panels.on_busy)
         self.controller.reply_finished.connect(panels.on_reply_finished)
         self.client.metrics_received.connect(panels.on_metrics)
@@ -330,14 +354,34 @@ class MainWindow(QtWidgets.QMainWindow):
         if isinstance(state, QtCore.QByteArray):
             self.restoreState(state)
         panels.setVisible(self.panels_button.isChecked())
+        self._fold_panels()
         if self._last_metrics is not None:
             panels.on_metrics(self._last_metrics)
 
     def set_panels_visible(self, visible: bool) -> None:
+        self._panels_folded = False  # the user's choice from now on
         if self.panels is not None:
             self.panels.setVisible(visible)
         elif visible:
             self.ensure_panels()
+
+    def _fold_panels(self) -> None:
+        """Fold the dock away when the window becomes narrow, unfold it when it widens again
+        (only if it was the narrow window that folded it). On the change only: a user who
+        opens the dock in a narrow window keeps it open."""
+        panels = self.panels
+        if panels is None or panels.isFloating() or self._closed:
+            return
+        narrow = self.width() < PANELS_MIN_WINDOW_WIDTH
+        if narrow == self._narrow:
+            return
+        self._narrow = narrow
+        if narrow and panels.isVisible():
+            self._panels_folded = True
+            panels.hide()
+        elif not narrow and self._panels_folded:
+            self._panels_folded = False
+            panels.show()
 
     def _on_panels_visibility(self, visible: bool) -> None:
         if not self._closed and self.isVisible():
@@ -364,10 +408,11 @@ class MainWindow(QtWidgets.QMainWindow):
     def _on_metrics(self, snapshot: MetricsSnapshot) -> None:
         self._last_metrics = snapshot
         planned = sum(d.planned_bytes for d in snapshot.devices)
-        text = f"Engine RAM {fmt_bytes(snapshot.engine_rss_bytes)}"
+        text = engine_ram_text(snapshot.engine_rss_bytes)  # the Memory panel's figure
         if planned:
             text += f" · planned {fmt_bytes(planned)}"
         self.memory_label.setText(text)
+        self.memory_label.setToolTip(ENGINE_RAM_TIP + ("\n" + PLANNED_TIP if planned else ""))
 
     def _on_engine_exited(self, info: EngineExit) -> None:
         if not info.expected:
@@ -424,7 +469,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self._window_state.setValue("geometry", self.saveGeometry())
         self._window_state.setValue("state", self.saveState())
         self._window_state.setValue("splitter", self.chat.splitter.saveState())
-        self._window_state.setValue("panels", "true" if self.panels_button.isChecked() else "false")
+        shown = self.panels_button.isChecked() or self._panels_folded  # the user's choice
+        self._window_state.setValue("panels", "true" if shown else "false")
         page = self.pages.currentIndex()
         self._window_state.setValue("page", page if page < len(PAGES) else CHAT)
         self._window_state.sync()
@@ -438,6 +484,10 @@ class MainWindow(QtWidgets.QMainWindow):
             self.first_painted.emit()
             QtCore.QTimer.singleShot(0, self, self.ensure_panels)
             self.runner.submit(warm_up_markdown)
+
+    def resizeEvent(self, event: QtGui.QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fold_panels()
 
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:
         if not self._closed:

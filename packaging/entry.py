@@ -8,6 +8,7 @@ executable with a flag that says what to be:
     Outrider --engine serve --port 0 …     the engine CLI, `outrider …` (runtime.cli.main.main);
                                            app/engine/process.py starts the engine this way
     Outrider --quantize-worker             the quantize worker (runtime/quality/quantize.py)
+    Outrider --load-probe                  a new model's first load (runtime/engine/probe.py)
 
 So `Outrider --engine info model.gguf` or `Outrider --engine serve model.gguf` work from a
 terminal too: the bundle carries the whole command line.
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 
 ENGINE_FLAG = "--engine"
 QUANTIZE_WORKER_FLAG = "--quantize-worker"
+LOAD_PROBE_FLAG = "--load-probe"
 
 
 def main(argv: Sequence[str]) -> int:
@@ -32,6 +34,10 @@ def main(argv: Sequence[str]) -> int:
         from runtime.quality.worker import main as worker_main
 
         return worker_main()
+    if args[:1] == [LOAD_PROBE_FLAG]:
+        from runtime.engine.probe import main as probe_main
+
+        return probe_main()
     if args[:1] == ["-m"]:
         # Code written for a source install may run `sys.executable -m MODULE`; in the bundle
         # that would open a second window instead. Refuse, and say so on stderr.

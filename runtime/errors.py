@@ -1,8 +1,27 @@
 """Typed errors a person can cause, each with a one-line message that says what to do.
 
 Every user-facing failure in `runtime` derives from `OutriderError`, so the CLI, the server
-and the app can show `str(error)` as is, and code can still branch on the type.
+and the app can show `str(error)` as is, and code can still branch on the type. A name the
+user (or a file's author) chose goes into a message through `shown`, so a newline or an ANSI
+escape in a file name cannot break the one line or repaint the terminal.
 """
+
+
+def shown(name: object) -> str:
+    """`name` (a file, a path, a model) as a message may print it: characters that are not
+    printable get the escapes `repr` uses; ordinary Unicode, spaces and quotes stay as they are.
+
+    >>> shown("model.gguf"), shown("evil\\n.gguf"), shown("\\x1b[31mred"), shown("модель 1.gguf")
+    ('model.gguf', 'evil\\\\n.gguf', '\\\\x1b[31mred', 'модель 1.gguf')
+
+    Why not `{name!r}`: repr adds quotes, and messages choose their own quoting. Why at the
+    name rather than only where a message is printed: the app shows runtime's messages too
+    (the server and the CLI escape whole messages as well, as a last guard).
+    """
+    text = str(name)
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 class OutriderError(Exception):
@@ -35,6 +54,11 @@ class UnsupportedArchitecture(ModelFileError):
 
 class IncompleteSplit(ModelFileError):
     """A model split into several files (-00001-of-0000N) is missing parts."""
+
+
+class LoadCrashed(ModelFileError):
+    """llama.cpp aborted (GGML_ASSERT, SIGABRT) loading the file or running its first token,
+    in the probe's child process; the verdict is remembered (runtime.gguf.verdicts)."""
 
 
 class SettingsError(OutriderError):
@@ -102,6 +126,15 @@ class HashMismatch(DownloadError):
     """The downloaded bytes do not match the file's published sha256; the file was set aside."""
 
 
+class OversizedDownload(DownloadError):
+    """The server sent more bytes than the file's advertised size; the excess was not kept."""
+
+
+class QueueNotSaved(DownloadError):
+    """The download queue (downloads/queue.json) could not be written (a full disk): the queue
+    goes on in memory and is written again at its next change."""
+
+
 class DownloadFailed(DownloadError):
     """Retries ran out (connection errors, HTTP 5xx, stalls)."""
 
@@ -160,6 +193,11 @@ class ChatTemplateError(OutriderError):
 
 class EngineError(OutriderError):
     """llama.cpp failed while evaluating a batch (not the request's fault)."""
+
+
+class InvalidLogits(EngineError):
+    """The model's logits hold NaN or +inf (broken weights, a RoPE base of 0 or NaN): the
+    request ends with "the model produced invalid numbers (NaN)"."""
 
 
 class CatalogError(OutriderError):

@@ -7,12 +7,17 @@ app into signals. Errors travel as `ErrorEvent`, never as text inside the token 
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Literal
 
 from runtime.errors import SettingsError
 
 _ids = itertools.count(1)
+
+INT32_MAX = 2**31 - 1  # llama.cpp takes top_k, n, token counts and positions as int32_t
+MAX_SAMPLES = 4096  # n: samples of one prompt (a sequence and a sampler each; the server caps it lower)
 
 
 def next_request_id() -> str:
@@ -37,6 +42,18 @@ class SamplingParams:
     ignore_eos: bool = False  # keep generating past end-of-generation tokens (benchmarks)
 
     def __post_init__(self) -> None:
+        """Every number is range-checked here, so the CLI and the app get the same refusals
+        as the server (which checks them again at its edge, to name the parameter)."""
+        for name in ("top_k", "penalty_last_n", "max_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) \
+                    or int(value) > INT32_MAX:
+                raise SettingsError(f"{name} must be an integer up to {INT32_MAX}, not {value!r}")
+        for name in ("frequency_penalty", "presence_penalty", "repeat_penalty"):
+            if not math.isfinite(getattr(self, name)):
+                raise SettingsError(f"{name} must be a finite number, not {getattr(self, name)}")
+        if self.seed is not None and not 0 <= self.seed < 2**64:
+            raise SettingsError(f"seed must be between 0 and 2**64 - 1, not {self.seed}")
         if not 0.0 <= self.temperature <= 100.0:
             raise SettingsError(f"temperature must be between 0 and 100, not {self.temperature}")
         if self.top_k < 0:
@@ -78,8 +95,8 @@ class GenerationRequest:
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):
             raise SettingsError("give either a prompt or chat messages, not both or neither")
-        if self.n < 1:
-            raise SettingsError(f"n must be at least 1, not {self.n}")
+        if not 1 <= self.n <= MAX_SAMPLES:
+            raise SettingsError(f"n must be between 1 and {MAX_SAMPLES}, not {self.n}")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.chat.conversation import DEFAULT_SAMPLING, Conversation, Message, MessageTree
+from app.chat.conversation import (
+    DEFAULT_SAMPLING,
+    Conversation,
+    Message,
+    MessageTree,
+    title_for,
+)
 from app.chat.store import ChatStore
 from app.engine.client import EngineClient, EngineState, ReplyStream
 from app.engine.wire import ReplyDelta, ReplyError, ReplyFinished
@@ -26,8 +32,8 @@ from runtime.events import SamplingParams, SpecSummary
 SAVE_INTERVAL_MS = 500
 # The sampling defaults remembered for a model file (Settings → Model), or None.
 SamplingDefaults = Callable[[str], "SamplingParams | None"]
-TITLE_LENGTH = 48
 INTERRUPTED = "Outrider closed while this reply was being written."
+NO_MODEL = "No model is loaded: pick one above."
 
 
 @dataclass
@@ -52,7 +58,12 @@ class ChatController(QtCore.QObject):
         busy_changed(bool): a reply is being generated (or waits for the engine).
         conversations_changed(): titles/order/membership of the list changed.
         step_received(StepStats): speculative statistics of the current reply.
+        first_token(float): the reply's first text arrived, this many seconds after it was
+            sent (the Speed panel's "Last TTFT" while the reply is still being written; the
+            engine's own figure replaces it when the reply ends).
         reply_finished(Message): a reply ended (done, stopped or failed).
+        send_blocked(str): why Send cannot work now ("" when it can): no model is loaded
+            and none is wanted, so a message would only fail.
     """
 
     conversation_opened = Signal(object)
@@ -62,6 +73,8 @@ class ChatController(QtCore.QObject):
     conversations_changed = Signal()
     step_received = Signal(object)
     reply_finished = Signal(object)
+    first_token = Signal(float)
+    send_blocked = Signal(str)
 
     def __init__(self, store: ChatStore, client: EngineClient,
                  parent: QtCore.QObject | None = None, *,
@@ -77,6 +90,7 @@ class ChatController(QtCore.QObject):
         self._save_timer.timeout.connect(self._save_progress)
         client.state_changed.connect(self._on_engine_state)
         client.problem.connect(self._on_engine_problem)
+        client.model_changed.connect(self._on_engine_model)
 
     # -- queries -----------------------------------------------------------------------
 
@@ -87,6 +101,14 @@ class ChatController(QtCore.QObject):
     @property
     def generating_id(self) -> int | None:
         return self._generation.message.id if self._generation else None
+
+    def send_blocked_reason(self) -> str:
+        """Why Send would fail now, or "": nothing loaded and nothing wanted (after Unload,
+        or before the first load). A crashed or stopped engine with a wanted model is no
+        reason — sending restarts it."""
+        if self._client.wanted is None and self._client.model is None:
+            return NO_MODEL
+        return ""
 
     def path(self) -> list[Message]:
         if self.conversation is None:
@@ -109,6 +131,13 @@ class ChatController(QtCore.QObject):
         self._show(conv, MessageTree())
         self.conversations_changed.emit()
         return conv
+
+    def open_latest(self) -> Conversation | None:
+        """Open the conversation used last (the app starts where the user left off)."""
+        latest = self.store.list_conversations(limit=1)
+        if latest and self.conversation is None:
+            self.open(latest[0].id)
+        return self.conversation
 
     def open(self, conversation_id: int) -> None:
         if self.conversation is not None and self.conversation.id == conversation_id:
@@ -180,7 +209,7 @@ class ChatController(QtCore.QObject):
         user = self.store.add_message(conv.id, parent, "user", text)
         self.tree.add(user)
         if not any(m.role == "user" for m in path):
-            conv.title = text.splitlines()[0][:TITLE_LENGTH]
+            conv.title = title_for(text)
         self._start_reply(user)
         return user
 
@@ -193,6 +222,10 @@ class ChatController(QtCore.QObject):
         old = self.tree.get(user_message_id)
         user = self.store.add_message(self.conversation.id, old.parent_id, "user", text)
         self.tree.add(user)
+        # The first message's new version renames a chat titled after it (not one the user
+        # renamed).
+        if old.parent_id is None and self.conversation.title == title_for(old.content):
+            self.conversation.title = title_for(text)
         self._start_reply(user)
         return user
 
@@ -260,11 +293,11 @@ class ChatController(QtCore.QObject):
             self._request(gen)
         elif state in (EngineState.STOPPED, EngineState.CRASHED):
             if self._client.wanted is None:
-                self._fail(gen, ReplyError("NoModelLoaded", "No model is loaded: pick one above."))
+                self._fail(gen, ReplyError("NoModelLoaded", NO_MODEL))
             else:
                 self._client.start()
         elif state == EngineState.NO_MODEL and self._client.wanted is None:
-            self._fail(gen, ReplyError("NoModelLoaded", "No model is loaded: pick one above."))
+            self._fail(gen, ReplyError("NoModelLoaded", NO_MODEL))
         # STARTING / LOADING: _on_engine_state calls back when it changes.
 
     def _request(self, gen: _Generation) -> None:
@@ -306,6 +339,7 @@ class ChatController(QtCore.QObject):
             return
         if gen.first_token_at is None:
             gen.first_token_at = time.perf_counter()
+            self.first_token.emit(gen.first_token_at - gen.sent_at)
         gen.tokens += max(1, len(delta.token_ids))
         gen.message.add_text(delta.text, delta.drafted)
         gen.dirty = True
@@ -371,13 +405,17 @@ class ChatController(QtCore.QObject):
     # -- engine events -----------------------------------------------------------------
 
     def _on_engine_state(self, state: EngineState) -> None:
+        self.send_blocked.emit(self.send_blocked_reason())
         gen = self._generation
         if gen is None or gen.stream is not None:
             return
         if state == EngineState.READY:
             self._request(gen)
         elif state == EngineState.NO_MODEL and self._client.wanted is None:
-            self._fail(gen, ReplyError("NoModelLoaded", "No model is loaded: pick one above."))
+            self._fail(gen, ReplyError("NoModelLoaded", NO_MODEL))
+
+    def _on_engine_model(self, _model: object) -> None:
+        self.send_blocked.emit(self.send_blocked_reason())
 
     def _on_engine_problem(self, error: ReplyError) -> None:
         gen = self._generation

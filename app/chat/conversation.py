@@ -20,8 +20,36 @@ from runtime.events import SamplingParams
 Role = Literal["user", "assistant"]
 Status = Literal["done", "streaming", "waiting", "stopped", "error"]
 
-DEFAULT_SAMPLING = SamplingParams(temperature=0.7, top_k=40, top_p=0.95, min_p=0.05,
-                                  max_tokens=1024)
+# A chat's sampling before anything is remembered: the runtime's own defaults, the ones
+# Settings → Model shows for a model never configured. One owner (`SamplingParams`), so the
+# Chat settings and Settings → Model never disagree (they once said 0.70 / 1024 and 0.80 / 512).
+DEFAULT_SAMPLING = SamplingParams()
+TITLE_LENGTH = 40
+
+
+def title_for(text: str, length: int = TITLE_LENGTH) -> str:
+    """A conversation's title from its first message: the first line, cut at a word
+    boundary with "…" when longer than `length` characters.
+
+    >>> title_for("How do I reverse a list in Python without copying it?\\nThanks")
+    'How do I reverse a list in Python…'
+    >>> title_for("Short question\\nsecond line")
+    'Short question'
+    >>> title_for("Supercalifragilisticexpialidociousness-and-more-of-it", 20)
+    'Supercalifragilisti…'
+    >>> title_for("  \\n  ")
+    'New chat'
+    """
+    lines = [line for line in (" ".join(ln.split()) for ln in text.splitlines()) if line]
+    if not lines:
+        return "New chat"
+    first = lines[0]
+    if len(first) <= length:
+        return first
+    cut = first[:length - 1]
+    if first[length - 1] != " " and " " in cut:  # mid-word: back to the word's start
+        cut = cut[:cut.rindex(" ")]
+    return cut.rstrip(" ,;:.-") + "…"
 
 
 @dataclass

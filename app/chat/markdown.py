@@ -14,6 +14,8 @@ them. Marks never cross a line, and a mark at a line's start moves past block sy
     ['x = 1\\n']
     >>> "copy:0" in r.html
     True
+    >>> MarkdownRenderer(LIGHT).render("line one\\nline two").html
+    '<p>line one<br />\\nline two</p>\\n'
 """
 
 from __future__ import annotations
@@ -122,7 +124,9 @@ class MarkdownRenderer:
 
     def __init__(self, palette: Palette) -> None:
         self.palette = palette
-        self._md = MarkdownIt("commonmark", {"html": False, "linkify": False})
+        # breaks: a line break the user typed (Shift+Enter) or the model wrote stays one, as
+        # in every chat app; CommonMark alone would join the lines into one paragraph.
+        self._md = MarkdownIt("commonmark", {"html": False, "linkify": False, "breaks": True})
         self._md.enable(["table", "strikethrough"])
         # markdown-it binds rules to its renderer (first argument), so pass a plain function.
         def fence(_renderer: object, tokens: list, idx: int, _options: object, _env: object) -> str:

@@ -20,12 +20,16 @@ from app.engine.client import EngineClient, EngineState, LoadJob
 from app.engine.wire import ReplyError, ServedModel
 from app.qt import Qt, QtWidgets, Signal
 from app.services.background import BackgroundRunner
+from app.services.memory_terms import BUFFERS, BUFFERS_TIP, PLANNED_TIP
 from app.widgets import ElidedLabel
 from runtime.errors import OutriderError
 from runtime.settings.load import LoadSettings
 from runtime.units import fmt_bytes
 
 _SPLIT_PART = re.compile(r"-(\d{5})-of-\d{5}$")
+NO_MODELS = "No models in the library"
+CHOOSE = "Choose a model to load"
+UNLOADED = "No model loaded: choose one and press Load"
 
 
 def library_models(models_dir: Path) -> list[Path]:
@@ -69,7 +73,9 @@ def measured_total(measured: dict[str, Any]) -> int:
 
 
 def planned_vs_measured(model: ServedModel) -> str:
-    """'planned 134 MiB · measured 131 MiB' after a load, or '' without figures."""
+    """'planned 134 MiB · buffers 131 MiB' after a load, or '' without figures. "buffers",
+    not "measured": the Memory panel's Engine RAM is measured too, and larger (see
+    `app.services.memory_terms`)."""
     planned = model.plan.get("total") or model.plan.get("total_bytes")
     measured = measured_total(model.measured)
     if not planned and not measured:
@@ -78,7 +84,7 @@ def planned_vs_measured(model: ServedModel) -> str:
     if planned:
         parts.append(f"planned {fmt_bytes(int(planned))}")
     if measured:
-        parts.append(f"measured {fmt_bytes(measured)}")
+        parts.append(f"{BUFFERS} {fmt_bytes(measured)}")
     return " · ".join(parts)
 
 
@@ -107,9 +113,13 @@ class ModelPicker(QtWidgets.QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(6)
         self.combo = QtWidgets.QComboBox()
-        self.combo.setMinimumWidth(240)
-        self.combo.setSizeAdjustPolicy(QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToContents)
-        self.combo.setPlaceholderText("No models in the library")
+        # As wide as ~14 characters, not as the longest model name: a long name elides
+        # (its path is the item's tooltip) instead of widening a 1024 px window.
+        self.combo.setSizeAdjustPolicy(
+            QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.combo.setMinimumContentsLength(14)
+        self.combo.setPlaceholderText(NO_MODELS)
+        self.combo.currentIndexChanged.connect(self._update_buttons)
         layout.addWidget(self.combo)
         self.load_button = QtWidgets.QPushButton("Load")
         self.load_button.clicked.connect(self.load_selected)
@@ -159,6 +169,7 @@ class ModelPicker(QtWidgets.QWidget):
             self.combo.addItem(path.stem, str(path))
             self.combo.setItemData(self.combo.count() - 1, str(path), Qt.ItemDataRole.ToolTipRole)
         self.combo.blockSignals(False)
+        self.combo.setPlaceholderText(CHOOSE if self.combo.count() else NO_MODELS)
         if current is not None:
             self.select(current)
         if self.combo.currentIndex() < 0 and self.combo.count():
@@ -266,9 +277,18 @@ class ModelPicker(QtWidgets.QWidget):
             detail = planned_vs_measured(model)
             head = model.quant or "Loaded"
             self.status.setText(head + (f" · {detail}" if detail else ""))
-        elif self._client.state == EngineState.NO_MODEL:
-            self.status.setText("No model loaded")
+            if detail:  # what each figure counts (the full text is in the label itself)
+                self.status.setToolTip(f"{self.status.text()}\n\n{PLANNED_TIP}\n{BUFFERS_TIP}")
+        elif self._client.wanted is None:  # unloaded (or a load that failed: its problem follows)
+            self._forget_model()
         self._update_buttons()
+
+    def _forget_model(self) -> None:
+        """After Unload: no old model selected, no old plan or measurements."""
+        self._plan = None
+        self.progress.hide()
+        self.combo.setCurrentIndex(-1)
+        self.status.setText(UNLOADED)
 
     def _on_problem(self, error: ReplyError) -> None:
         self.progress.hide()
@@ -278,5 +298,5 @@ class ModelPicker(QtWidgets.QWidget):
     def _update_buttons(self) -> None:
         state = self._client.state
         busy = state in (EngineState.LOADING, EngineState.STARTING)
-        self.load_button.setEnabled(not busy and self.combo.count() > 0)
+        self.load_button.setEnabled(not busy and self.selected() is not None)
         self.unload_button.setEnabled(self._client.model is not None and not busy)

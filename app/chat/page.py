@@ -4,6 +4,7 @@ transcript and composer. Wiring only: state and actions live in `ChatController`
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from app.chat.composer import Composer
@@ -15,6 +16,7 @@ from app.chat.model_picker import ModelPicker
 from app.chat.settings_panel import ConversationSettings
 from app.chat.transcript import TranscriptView
 from app.qt import Qt, QtWidgets, Signal
+from app.services.settings import SettingsController
 from app.theme import Palette
 from app.widgets import ElidedLabel
 
@@ -29,9 +31,12 @@ class ChatPage(QtWidgets.QWidget):
     message = Signal(str)
 
     def __init__(self, controller: ChatController, picker: ModelPicker, palette: Palette,
-                 parent: QtWidgets.QWidget | None = None) -> None:
+                 parent: QtWidgets.QWidget | None = None, *,
+                 settings: SettingsController | None = None) -> None:
+        """`settings`: where the "Draft tokens" toggle is remembered (None: not at all)."""
         super().__init__(parent)
         self.controller = controller
+        self._app_settings = settings
         self.picker = picker
         self.list_model = ConversationListModel(controller.store, self)
         self.pane = ConversationPane(self.list_model)
@@ -48,10 +53,14 @@ class ChatPage(QtWidgets.QWidget):
         row = QtWidgets.QHBoxLayout()
         self.title = ElidedLabel("New chat")
         self.title.setObjectName("pageTitle")
+        self.title.setMinimumWidth(120)  # a few words of it even in a 1024 px window
         row.addWidget(self.title, 1)
         self.drafts_button = self._toggle("Draft tokens", "Tint text that came from accepted "
                                           "draft tokens (speculative decoding)")
         self.drafts_button.toggled.connect(self.transcript.set_highlight_drafts)
+        if settings is not None:
+            self.drafts_button.setChecked(settings.settings.highlight_drafts)
+            self.drafts_button.toggled.connect(self._remember_drafts)
         self.settings_button = self._toggle("Chat settings", "System prompt and sampling for "
                                             "this conversation")
         self.settings_button.toggled.connect(self.settings.setVisible)
@@ -93,6 +102,7 @@ class ChatPage(QtWidgets.QWidget):
         layout.addWidget(self.splitter)
         self._connect()
         self.list_model.reload()
+        self.controller.open_latest()  # where the user left off, not a blank chat
 
     def _toggle(self, text: str, tip: str) -> QtWidgets.QToolButton:
         button = QtWidgets.QToolButton()
@@ -114,6 +124,8 @@ class ChatPage(QtWidgets.QWidget):
         c.transcript_changed.connect(self._on_transcript_changed)
         c.message_changed.connect(transcript.message_changed)
         c.busy_changed.connect(composer.set_busy)
+        c.send_blocked.connect(composer.set_blocked)
+        composer.send_refused.connect(self._on_send_refused)
         c.busy_changed.connect(transcript.set_busy)
         composer.submitted.connect(self._send)
         composer.edit_submitted.connect(c.edit_and_resend)
@@ -126,6 +138,7 @@ class ChatPage(QtWidgets.QWidget):
         self.settings.sampling_changed.connect(c.set_sampling)
         self.settings.problem.connect(self.message)
         self.picker.model_chosen.connect(c.set_model)
+        composer.set_blocked(c.send_blocked_reason())
 
     # -- actions -----------------------------------------------------------------------
 
@@ -151,6 +164,16 @@ class ChatPage(QtWidgets.QWidget):
 
     def set_palette(self, palette: Palette) -> None:
         self.transcript.set_palette(palette)
+
+    def _remember_drafts(self, on: bool) -> None:
+        if self._app_settings is not None:
+            self._app_settings.update(dataclasses.replace(self._app_settings.settings,
+                                                          highlight_drafts=on))
+
+    def _on_send_refused(self, reason: str) -> None:
+        """Enter with no model: say why, and take the user to the model picker."""
+        self.message.emit(reason)
+        self.picker.combo.setFocus()
 
     def _send(self, text: str) -> None:
         self.settings.flush()

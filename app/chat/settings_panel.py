@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.chat.conversation import DEFAULT_SAMPLING, Conversation
-from app.qt import QtCore, QtWidgets, Signal
+from app.qt import QtCore, QtGui, QtWidgets, Signal
 from app.widgets import muted_label
 from runtime.errors import SettingsError
 from runtime.events import SamplingParams
@@ -33,6 +33,7 @@ class ConversationSettings(QtWidgets.QFrame):
         self._loading = False
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(14, 10, 14, 12)
+        self._margins = layout.contentsMargins()
         layout.setSpacing(6)
 
         layout.addWidget(muted_label("System prompt"))
@@ -52,20 +53,53 @@ class ConversationSettings(QtWidgets.QFrame):
         self.max_tokens = self._int(1, 32768)
         self.seed = self._int(-1, 2**31 - 1)
         self.seed.setSpecialValueText("random")
-        grid = QtWidgets.QGridLayout()
-        grid.setHorizontalSpacing(10)
-        grid.setVerticalSpacing(6)
-        fields = (("Temperature", self.temperature), ("Top-p", self.top_p),
-                  ("Min-p", self.min_p), ("Top-k", self.top_k),
-                  ("Max tokens", self.max_tokens), ("Seed", self.seed))
-        for i, (name, box) in enumerate(fields):
+        self._grid = QtWidgets.QGridLayout()
+        self._grid.setHorizontalSpacing(10)
+        self._grid.setVerticalSpacing(6)
+        self._fields: list[tuple[QtWidgets.QLabel, QtWidgets.QAbstractSpinBox]] = []
+        for name, box in (("Temperature", self.temperature), ("Top-p", self.top_p),
+                          ("Min-p", self.min_p), ("Top-k", self.top_k),
+                          ("Max tokens", self.max_tokens), ("Seed", self.seed)):
             label = QtWidgets.QLabel(name)
             label.setObjectName("muted")
             box.setFixedWidth(96)
-            grid.addWidget(label, i // 3, (i % 3) * 2)
-            grid.addWidget(box, i // 3, (i % 3) * 2 + 1)
-        grid.setColumnStretch(6, 1)
-        layout.addLayout(grid)
+            self._fields.append((label, box))
+        self._columns = 0
+        self._place(3)
+        layout.addLayout(self._grid)
+
+    # -- layout: three label/field pairs a row where they fit, else two or one -----------
+    # A fixed three would make the drawer ~600 px wide at least; opening it then squeezed
+    # the chat list beside it from 240 to 170 px.
+
+    def minimumSizeHint(self) -> QtCore.QSize:
+        hint = super().minimumSizeHint()
+        margins = self._margins
+        return QtCore.QSize(self._pair_width() + margins.left() + margins.right(), hint.height())
+
+    def resizeEvent(self, event: QtGui.QResizeEvent) -> None:
+        super().resizeEvent(event)
+        margins = self._margins
+        room = event.size().width() - margins.left() - margins.right()
+        self._place(max(1, min(3, (room + 10) // (self._pair_width() + 10))))
+
+    def _pair_width(self) -> int:
+        spacing = self._grid.horizontalSpacing()
+        return max(label.sizeHint().width() for label, _ in self._fields) + spacing + 96
+
+    def _place(self, columns: int) -> None:
+        if columns == self._columns:
+            return
+        self._columns = columns
+        for label, box in self._fields:
+            self._grid.removeWidget(label)
+            self._grid.removeWidget(box)
+        for column in range(7):
+            self._grid.setColumnStretch(column, 0)
+        for i, (label, box) in enumerate(self._fields):
+            self._grid.addWidget(label, i // columns, (i % columns) * 2)
+            self._grid.addWidget(box, i // columns, (i % columns) * 2 + 1)
+        self._grid.setColumnStretch(columns * 2, 1)
 
     def _double(self, low: float, high: float, step: float, decimals: int) -> QtWidgets.QDoubleSpinBox:
         box = QtWidgets.QDoubleSpinBox()

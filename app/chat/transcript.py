@@ -22,7 +22,10 @@ from app.throttle import Throttle
 
 PAGE = 40
 REPAINT_INTERVAL_MS = 40
+READING_WIDTH = 760  # px: the widest a bubble gets (~90 characters a line at 10 pt)
+SIDE_MARGIN = 24
 _WAITING = {"waiting": "Starting the engine…", "streaming": "Writing…"}
+STOPPED_EARLY = "Stopped before the first token"
 
 
 class _Body(QtWidgets.QTextBrowser):
@@ -169,7 +172,9 @@ class MessageCard(QtWidgets.QFrame):
         footer = _WAITING.get(m.status, "")
         if not footer:
             footer = footer_text(m.stats)
-            if m.status == "stopped":
+            if m.status == "stopped" and not m.content:  # not an empty "0 tokens" bubble
+                footer = STOPPED_EARLY
+            elif m.status == "stopped":
                 footer = "Stopped" + (f" · {footer}" if footer else "")
         self.footer.setText(footer)
         self.footer.setVisible(bool(footer))
@@ -265,7 +270,7 @@ class TranscriptView(QtWidgets.QScrollArea):
         inner = QtWidgets.QWidget()
         inner.setObjectName("transcriptInner")
         self._layout = QtWidgets.QVBoxLayout(inner)
-        self._layout.setContentsMargins(24, 16, 24, 16)
+        self._layout.setContentsMargins(SIDE_MARGIN, 16, SIDE_MARGIN, 16)
         self._layout.setSpacing(12)
         self.more_button = QtWidgets.QPushButton("Show earlier messages")
         self.more_button.clicked.connect(self._show_more)
@@ -286,6 +291,16 @@ class TranscriptView(QtWidgets.QScrollArea):
         self.verticalScrollBar().rangeChanged.connect(self._on_range_changed)
 
     # -- content -----------------------------------------------------------------------
+
+    def resizeEvent(self, event: QtGui.QResizeEvent) -> None:
+        """Cap the bubbles at `READING_WIDTH`, centred: at 1920 px a reply's lines ran to
+        ~1150 px, too long to read. Margins rather than a maximum width on each card, so a
+        short message's bubble is as wide as a long one's."""
+        super().resizeEvent(event)
+        side = max(SIDE_MARGIN, (self.viewport().width() - READING_WIDTH + 1) // 2)
+        margins = self._layout.contentsMargins()
+        if margins.left() != side:
+            self._layout.setContentsMargins(side, margins.top(), side, margins.bottom())
 
     def set_path(self, path: list[Message], tree: MessageTree, busy: bool) -> None:
         self._throttle.cancel()

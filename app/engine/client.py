@@ -135,6 +135,19 @@ class EngineClient(QtCore.QObject):
         self.stop()
         self.start()
 
+    def set_api_enabled(self, enabled: bool) -> None:
+        """Serve the local API (the settings' port) or the chat alone (a private address).
+
+        Why a restart: the API and the chat share one engine process and one listener, so
+        moving the listener means a new process. The model the chat wanted is loaded again
+        as soon as it is up (`_on_ready`): stopping or starting the API never leaves the
+        chat without its model, it costs only the reload."""
+        if enabled == self.process.api_enabled:
+            return
+        self.process.api_enabled = enabled
+        if self.process.running:
+            self.restart()
+
     # -- model -------------------------------------------------------------------------
 
     def load(self, settings: LoadSettings) -> LoadJob:
@@ -193,7 +206,7 @@ class EngineClient(QtCore.QObject):
         base = address.url if address else "http://127.0.0.1:9"
         request = _Req(QtCore.QUrl(base + path))
         request.setRawHeader(b"Content-Type", b"application/json")
-        if address is not None:
+        if address is not None and address.api_key:  # no key on loopback by default
             request.setRawHeader(b"Authorization", f"Bearer {address.api_key}".encode())
         request.setAttribute(_Req.Attribute.Http2AllowedAttribute, False)
         if stream:

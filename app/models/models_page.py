@@ -26,6 +26,7 @@ class ModelsPage(QtWidgets.QTabWidget):
     """Signals:
         load_requested(LoadSettings): the user pressed Load on a library model.
         settings_requested(object): the Path of a model whose load settings to show.
+        app_settings_requested(): Settings → App (the Hub mirror), from a failed Hub call.
         message(str): a line for the status bar.
 
     Attributes: discover, repo, downloads, library — the four tabs.
@@ -33,6 +34,7 @@ class ModelsPage(QtWidgets.QTabWidget):
 
     load_requested = Signal(object)
     settings_requested = Signal(object)
+    app_settings_requested = Signal()
     message = Signal(str)
 
     def __init__(self, services: ModelServices, *, ask_token: TokenPrompt = ask_token,
@@ -51,6 +53,8 @@ class ModelsPage(QtWidgets.QTabWidget):
         self.setTabEnabled(REPOSITORY, False)
 
         self.discover.repo_activated.connect(self.open_repo)
+        self.discover.settings_requested.connect(self.app_settings_requested)
+        self.repo.settings_requested.connect(self.app_settings_requested)
         self.repo.back_requested.connect(lambda: self.setCurrentIndex(DISCOVER))
         self.repo.download_started.connect(self._on_download_started)
         self.downloads.count_changed.connect(self._on_download_count)

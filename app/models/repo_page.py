@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app.fit_badge import BADGE_ROLE, badge_text, badge_tooltip
+from app.models.hub_notice import HubNotice
 from app.qt import Qt, QtGui, QtWidgets, Signal
 from app.services.models import ModelServices
 from app.services.outcome import on_result
@@ -55,6 +56,8 @@ class RepoPage(QtWidgets.QWidget):
     """Signals:
         download_started(object): list[DownloadJob] queued for one quant.
         back_requested(): the user wants the search results again.
+        settings_requested(): the user wants Settings → App (the Hub mirror), after the
+            repository could not be read for want of a connection.
 
     Attributes:
         listing: the QuantListing shown (None while loading or when gated).
@@ -62,6 +65,7 @@ class RepoPage(QtWidgets.QWidget):
 
     download_started = Signal(object)
     back_requested = Signal()
+    settings_requested = Signal()
 
     def __init__(self, services: ModelServices, *, ask_token: TokenPrompt = ask_token,
                  parent: QtWidgets.QWidget | None = None) -> None:
@@ -93,6 +97,9 @@ class RepoPage(QtWidgets.QWidget):
         status_row = QtWidgets.QHBoxLayout()
         status_row.addWidget(self.status, 1)
         status_row.addWidget(self.token_button)
+        self.notice = HubNotice()
+        self.notice.retry_clicked.connect(self._on_retry)
+        self.notice.settings_requested.connect(self.settings_requested)
 
         self.table = read_only_table(COLUMNS, stretch=4)  # File
 
@@ -100,6 +107,7 @@ class RepoPage(QtWidgets.QWidget):
         layout.addLayout(head)
         layout.addWidget(self.facts)
         layout.addLayout(status_row)
+        layout.addWidget(self.notice)
         layout.addWidget(self.table, 1)
         services.library_changed.connect(self._on_library)
 
@@ -114,6 +122,7 @@ class RepoPage(QtWidgets.QWidget):
         self.title.setText(repo_id)
         self.facts.setText("")
         self.token_button.hide()
+        self.notice.hide()
         self.table.setRowCount(0)
         self.status.setText("Reading the repository and each quant's header…")
         services, settings = self.services, self.services.settings.settings
@@ -125,7 +134,8 @@ class RepoPage(QtWidgets.QWidget):
 
     def _on_failed(self, generation: int, exc: object) -> None:
         if generation == self._generation:
-            self.status.setText(f"Could not list {self.repo_id}: {exc}")
+            self.status.setText("")
+            self.notice.show_error(exc, f"Listing {self.repo_id}")
             if getattr(exc, "needs_token", False):
                 self.token_button.show()
 
@@ -149,6 +159,10 @@ class RepoPage(QtWidgets.QWidget):
         token = self.ask_token(self, self.repo_id)
         if token:
             self.services.settings.set_token(token)  # the services switch the Hub at once
+            self.open_repo(self.repo_id)
+
+    def _on_retry(self) -> None:
+        if self.repo_id is not None:
             self.open_repo(self.repo_id)
 
     def _on_token_clicked(self) -> None:

@@ -51,7 +51,10 @@ class LivePanels(QtWidgets.QDockWidget):
         scroll.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
         scroll.setWidget(inner)
         self.setWidget(scroll)
-        self.setMinimumWidth(340)
+        # The window opens it at 380 px; it shrinks to 240 (the panels' own minimum is ~190)
+        # so that a 1024 px window keeps the page beside it whole. Narrower, the status bar's
+        # "Live panels" button collapses it.
+        self.setMinimumWidth(240)
         self.snapshots = 0
 
     def on_metrics(self, snapshot: MetricsSnapshot) -> None:

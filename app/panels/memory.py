@@ -3,9 +3,12 @@ is used, and a time plot of used memory. "Other" is what the planner adds outsid
 buffers (vocabulary tables, the CUDA runtime), so the stack adds up to the plan's total — the
 figure the model picker shows.
 
-"Used" is the engine process's resident memory on the CPU (the part of RAM that is ours) and
-the device's used memory on a GPU (NVML cannot attribute it to a process everywhere). On Apple
-silicon the GPU shares RAM, so the CPU bar holds both.
+The bars' "used" is the engine process's resident memory on the CPU (the part of RAM that is
+ours) and the device's used memory on a GPU (NVML cannot attribute it to a process
+everywhere). On Apple silicon the GPU shares RAM, so the CPU bar holds both. The value rows
+name the process's figure as the whole window does (`app.services.memory_terms`): "Engine
+RAM", the status bar's figure, the same number (a GPU's used memory is in its bar and the
+chart's tooltip).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from app.panels.base import (
     style_axes,
 )
 from app.qt import QtWidgets
+from app.services.memory_terms import ENGINE_RAM, ENGINE_RAM_TIP, PLANNED_TIP
 from app.theme import Palette
 from runtime.units import MIB, fmt_bytes
 
@@ -42,7 +46,7 @@ class MemoryPanel(Panel):
     def __init__(self, palette: Palette, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__("Memory", palette, MIN_TOP_MIB, parent)
         self.add_value("planned", "Planned")
-        self.add_value("used", "Used")
+        self.add_value("used", ENGINE_RAM)
         self.add_value("kv_cells", "KV cells", wide=True)  # "131,072 / 131,072" needs the row
         self.add_value("free", "Free", wide=True)
         self.chart = pg.PlotWidget(background=palette.surface)
@@ -73,6 +77,9 @@ class MemoryPanel(Panel):
         self.add_curve("rss", "engine RAM", 2)
         self.finish_layout()
         self._gpu_keys: list[str] = []
+        # What each figure counts, on its name (the value's own tooltip is its whole text).
+        for key, tip in (("planned", PLANNED_TIP), ("used", ENGINE_RAM_TIP)):
+            self._name_of(key).setToolTip(tip)
 
     def plots(self) -> list[pg.PlotWidget]:
         return [self.chart, self.plot]
@@ -104,9 +111,8 @@ class MemoryPanel(Panel):
         pin_y_range(self.chart, max(used_mib + planned_mib, default=0.0), MIN_TOP_MIB)
 
         planned = sum(d.planned_bytes for d in devices)
-        used = sum(used_bytes(d, snapshot) for d in devices)
         self.set_value("planned", fmt_bytes(planned) if planned else "no model")
-        self.set_value("used", fmt_bytes(used))
+        self.set_value("used", fmt_bytes(snapshot.engine_rss_bytes))  # the status bar's figure
         self.set_value("free", " · ".join(f"{d.id} {fmt_bytes(d.free_bytes)}" for d in devices) or "–")
         cells = f"{snapshot.kv_cells_used:,} / {snapshot.kv_cells_total:,}" \
             if snapshot.kv_cells_total else "–"
@@ -122,6 +128,17 @@ class MemoryPanel(Panel):
                 self._gpu_keys.append(key)
             self.record(key, snapshot.time, device.used_bytes / MIB)
         self.redraw(snapshot.time)
+
+
+    def _name_of(self, key: str) -> QtWidgets.QWidget:
+        """The name label left of a value."""
+        position: tuple[int, int, int, int] = self._grid.getItemPosition(  # type: ignore[assignment]
+            self._grid.indexOf(self.values[key]))
+        item = self._grid.itemAtPosition(position[0], position[1] - 1)
+        widget = item.widget() if item is not None else None
+        if widget is None:
+            raise LookupError(f"no name beside {key}")
+        return widget
 
 
 def _short(name: str) -> str:

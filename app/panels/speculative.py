@@ -27,6 +27,12 @@ from runtime.events import StepStats
 
 NO_DRAFT = "no drafter loaded (choose a draft model or n-gram lookup in Settings)"
 WAITING = "waiting for the first speculative round"
+# The engine's auto-off reasons (`runtime.speculative.adaptive`) are whole sentences with the
+# figures behind the decision; the Drafting line says what happened in plain words and keeps
+# the sentence for its tooltip.
+OFF_MEASURED = "Off: drafting was slower than plain decoding"
+OFF_PREDICTED = "Off: drafting would be slower than plain decoding here"
+SLOWER_ADVICE = "drafting is slower here: turn it off or pick a smaller draft"
 STEP_REPAINT_MS = 100
 FULL = 100.0  # % acceptance: the y axis is always 0 … 100
 SHOWN = ("acceptance", "k", "counts", "mean_len", "speedup", "now")  # what a new load clears
@@ -49,8 +55,9 @@ def drafting_state(drafter: str | None, refused: str | None, off_reason: str | N
     'on (ngram)'
     >>> drafting_state("ngram", None, None, rounds_seen=True, generating=False)
     'on (ngram) · idle'
-    >>> drafting_state("ngram", None, "speculation off: slower than plain", True, True)
-    'off — speculation off: slower than plain'
+    >>> drafting_state("ngram", None, "speculation off: 9.0 tok/s with drafting is below "
+    ...                "10.0 tok/s plain over the last 8 rounds", True, True)
+    'Off: drafting was slower than plain decoding'
     >>> drafting_state("ngram", None, "speculation off: slower than plain", True, False)
     'on (ngram) · idle'
     >>> drafting_state(None, "vocabularies differ", None, rounds_seen=False, generating=False)
@@ -59,11 +66,40 @@ def drafting_state(drafter: str | None, refused: str | None, off_reason: str | N
     if refused:
         return f"off — draft refused: {refused}"
     if off_reason and generating:
-        return f"off — {off_reason}"
+        return off_headline(off_reason)
     if not rounds_seen:
         return f"{drafter}: {WAITING}" if drafter else f"off — {NO_DRAFT}"
     on = f"on ({drafter or 'draft'})"  # rounds before the model's description arrived
     return on if generating else f"{on} · idle"
+
+
+def off_headline(reason: str) -> str:
+    """A short line for an engine's reason to stop drafting (the reason is the tooltip).
+
+    >>> off_headline("speculation off: at α 0.62 per draft position and a draft step "
+    ...              "costing 0.00× a target step, no draft length beats plain decoding; "
+    ...              "trying again in 64 steps")
+    'Off: drafting would be slower than plain decoding here'
+    >>> off_headline("draft model unloaded")
+    'Off: draft model unloaded'
+    """
+    if "no draft length beats" in reason:
+        return OFF_PREDICTED
+    if reason.startswith("speculation off"):
+        return OFF_MEASURED
+    return f"Off: {reason}"
+
+
+def speedup_text(predicted: float | None, measured: float) -> str:
+    """The Speedup line; below 1× it says what to do about it.
+
+    >>> speedup_text(1.4, 1.2)
+    'predicted 1.40× · measured 1.20×'
+    >>> speedup_text(None, 0.7)
+    'measured 0.70× — drafting is slower here: turn it off or pick a smaller draft'
+    """
+    text = (f"predicted {predicted:.2f}× · " if predicted else "") + f"measured {measured:.2f}×"
+    return f"{text} — {SLOWER_ADVICE}" if measured < 1.0 else text
 
 
 class SpeculativePanel(Panel):
@@ -77,14 +113,23 @@ class SpeculativePanel(Panel):
         # at the dock's default width.
         self.add_value("acceptance", "Acceptance")
         self.add_value("k", "Draft k")
+        # The acceptance chart right under its headline figure, above the detail rows:
+        # nearer the top of the dock.
+        self.plot.setLabel("left", "%")
+        self.add_curve("acceptance", "acceptance", 2)
+        self._layout.addWidget(self.legend)
+        self._layout.addWidget(self.plot)
+        self._details = QtWidgets.QGridLayout()
+        self._details.setHorizontalSpacing(12)
+        self._details.setVerticalSpacing(2)
+        self._layout.addLayout(self._details)
+        self._grid = self._details  # the rows below go under the chart
+        self._rows = 0
         self.add_value("counts", "Accepted", wide=True)
         self.add_value("mean_len", "Per round", wide=True)  # the mean accepted length
         self.add_value("speedup", "Speedup", wide=True)
         self.add_value("now", "Now", wide=True)  # the engine's rolling window, not the reply
         self.add_value("state", "Drafting", wide=True)
-        self.plot.setLabel("left", "%")
-        self.add_curve("acceptance", "acceptance", 2)
-        self.finish_layout()
         self._model: ServedModel | None = None
         self.rounds_seen = False
         self._off_reason: str | None = None  # the latest the engine gave (metrics or a round)
@@ -110,9 +155,12 @@ class SpeculativePanel(Panel):
 
     def _show_state(self) -> None:
         model = self._model
+        generating = self._replying or self._active > 0
         self.set_value("state", drafting_state(
             model.draft if model else None, model.draft_refused if model else None,
-            self._off_reason, self.rounds_seen, self._replying or self._active > 0))
+            self._off_reason, self.rounds_seen, generating))
+        if self._off_reason and generating and not (model and model.draft_refused):
+            self.values["state"].setToolTip(self._off_reason)  # the engine's whole reason
 
     def update_metrics(self, snapshot: MetricsSnapshot) -> None:
         self._active = snapshot.active_sequences
@@ -160,8 +208,7 @@ class SpeculativePanel(Panel):
         if mean_len is not None:
             self.set_value("mean_len", f"{mean_len:.2f} tokens")
         if measured is not None:
-            predicted = f"predicted {self._predicted:.2f}× · " if self._predicted else ""
-            self.set_value("speedup", f"{predicted}measured {measured:.2f}×")
+            self.set_value("speedup", speedup_text(self._predicted, measured))
 
     def update_reply(self, stats: dict[str, Any]) -> None:
         """The reply ended with these footer statistics (`Message.stats`): show the reply's

@@ -35,8 +35,13 @@ class SpeedPanel(Panel):
         self.record("prefill", snapshot.time, snapshot.prefill_tokens_per_s)
         self.redraw(snapshot.time)
 
+    def update_ttft(self, seconds: float) -> None:
+        """The reply being written got its first token: show its time to first token now,
+        not only when the reply ends (the first reply of a session showed "–" throughout)."""
+        self.set_value("ttft", fmt_latency(seconds))
+
     def update_reply(self, stats: dict[str, Any]) -> None:
-        """A reply finished: show its time to first token."""
+        """A reply finished: show its time to first token (the engine's own measurement)."""
         ttft = stats.get("ttft_s")
         if ttft is not None:
             self.set_value("ttft", fmt_latency(ttft))

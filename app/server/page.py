@@ -2,8 +2,9 @@
 logs (every start keeps one; a crash's last lines are there to read).
 
 Where the engine listens follows the server settings (Settings → App → Local server, see
-`app.engine.process.engine_listen`); a change takes effect when the engine restarts, and the
-page says so until then.
+`app.engine.process.engine_listen`): a fixed port, 1234 by default, no key on this computer;
+a change takes effect when the engine restarts, and the page says so until then. A port held
+by another program is named here.
 """
 
 from __future__ import annotations
@@ -32,16 +33,25 @@ def read_log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
     return text if size <= limit else text.split("\n", 1)[-1]
 
 
-def describe_listen(listen: EngineListen, wants_network: bool = False) -> str:
-    """One line on what the server settings ask for."""
-    if listen.fixed:
-        where = "reachable from other computers" if listen.network else "this computer only"
-        return f"Port {listen.port} with your API key, {where}."
+def describe_listen(listen: EngineListen, wants_network: bool = False,
+                    port_taken: int | None = None) -> str:
+    """One line on what the server settings ask for (and, after a start, what got in the way).
+
+    >>> describe_listen(EngineListen())
+    'Port 1234 on this computer only, no API key needed.'
+    >>> describe_listen(EngineListen(), port_taken=1234)[:57]
+    'Port 1234 is used by another program: this run listens on'
+    """
+    if port_taken is not None:
+        return (f"Port {port_taken} is used by another program: this run listens on the address "
+                "above instead. Free it, or choose another port in Settings → App, and Restart.")
+    if listen.network:
+        return f"Port {listen.port} with your API key, reachable from other computers."
+    key = "with your API key" if listen.api_key is not None else "no API key needed"
     if wants_network:
-        return ("Network access needs an API key (Settings → App): until one is set the "
-                "engine stays on this computer, on a random port with a random key.")
-    return ("This computer only, on a random port with a new random key at each start. Set an "
-            "API key in Settings → App for a fixed address other tools can use.")
+        return (f"Port {listen.port} on this computer only, {key}: network access needs an API "
+                "key (Settings → App).")
+    return f"Port {listen.port} on this computer only, {key}."
 
 
 class ServerPage(QtWidgets.QWidget):
@@ -99,9 +109,16 @@ class ServerPage(QtWidgets.QWidget):
         self.start_button.clicked.connect(client.start)
         self.restart_button = QtWidgets.QPushButton("Restart")
         self.restart_button.clicked.connect(client.restart)
-        self.stop_button = QtWidgets.QPushButton("Stop")
-        self.stop_button.clicked.connect(client.stop)
-        for button in (self.start_button, self.restart_button, self.stop_button):
+        # Stops the API, not the chat: the engine comes back on a private address with the
+        # chat's model (EngineClient.set_api_enabled). Start API undoes it.
+        self.stop_button = QtWidgets.QPushButton("Stop API")
+        self.stop_button.setToolTip("Other programs can no longer connect; the chat keeps its "
+                                    "model (reloaded on a private address)")
+        self.stop_button.clicked.connect(self._on_stop_api)
+        self.start_api_button = QtWidgets.QPushButton("Start API")
+        self.start_api_button.clicked.connect(self._on_start_api)
+        for button in (self.start_button, self.restart_button, self.stop_button,
+                       self.start_api_button):
             buttons.addWidget(button)
         self.pending_label = QtWidgets.QLabel(
             "The server settings changed: Restart the engine to apply them.")
@@ -152,15 +169,22 @@ class ServerPage(QtWidgets.QWidget):
         self.url_label.setText(address.url + also if address else "–")
         self.pid_label.setText(str(c.process.pid) if c.process.pid else "–")
         self.model_label.setText(c.model.name if c.model else "–")
-        self.example_label.setText(
-            f'curl -H "Authorization: Bearer $KEY" {address.url}/v1/models' if address else "–")
+        auth = '-H "Authorization: Bearer $KEY" ' if address and address.api_key else ""
+        self.example_label.setText(f"curl {auth}{address.url}/v1/models" if address else "–")
         self._show_key_text()
         self.start_button.setEnabled(state in (EngineState.STOPPED, EngineState.CRASHED))
         self.restart_button.setEnabled(state != EngineState.STARTING)
+        api = c.process.api_enabled
+        self.stop_button.setVisible(api)
         self.stop_button.setEnabled(c.process.running)
+        self.start_api_button.setVisible(not api)
         if state.running:
             self.crash_label.hide()
-        self.config_label.setText(describe_listen(c.process.listen, self._wants_network))
+        taken = c.process.port_taken if c.process.running else None
+        self.config_label.setText(
+            describe_listen(c.process.listen, self._wants_network, taken) if api else
+            "The API is stopped: the chat's engine runs on a private address. Start API to "
+            f"serve port {c.process.listen.port} again.")
         self.pending_label.setVisible(listening is not None and listening != c.process.listen)
 
     def show_settings(self, settings: AppSettings) -> None:
@@ -172,13 +196,26 @@ class ServerPage(QtWidgets.QWidget):
         address = self._client.address
         if address is None:
             self.key_label.setText("–")
+        elif not address.api_key:
+            self.key_label.setText("none needed on this computer")
         else:
             self.key_label.setText(address.api_key if self._reveal else "•" * 12)
+        has_key = address is not None and bool(address.api_key)
+        self.show_key.setEnabled(has_key)
+        self.copy_key.setEnabled(has_key)
         self.show_key.setText("Hide" if self._reveal else "Show")
 
     def _toggle_key(self) -> None:
         self._reveal = not self._reveal
         self._show_key_text()
+
+    def _on_stop_api(self) -> None:
+        self._client.set_api_enabled(False)
+        self._update()
+
+    def _on_start_api(self) -> None:
+        self._client.set_api_enabled(True)
+        self._update()
 
     def _copy_key(self) -> None:
         if self._client.address is not None:

@@ -10,7 +10,8 @@ the devices, and the worker threads that keep network and disk off the GUI threa
     services.shutdown()                               # at exit: partial downloads resume next time
 
 The download manager reports from its own threads; `download_event` re-emits each report on
-the GUI thread. The Hub client follows the settings (token, endpoint) as they change.
+the GUI thread. The Hub client follows the settings (token, endpoint) as they change, and so
+does the download queue: a new mirror applies to queued jobs and to those in flight at once.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ DeviceLister = Callable[[], list[Device]]
 
 class ModelServices(QtCore.QObject):
     """Signals:
-        download_event(object): a DownloadProgress, DownloadStateChanged or DownloadNotice.
+        download_event(object): a DownloadProgress, DownloadStateChanged, DownloadNotice or
+            QueueSaveChanged (the queue file could not be saved: a full disk).
         library_changed(object): the library's models (list[LibraryModel]), after each scan.
         library_failed(str): a scan failed (the message says why).
 
@@ -148,8 +150,8 @@ class ModelServices(QtCore.QObject):
         old, self._applied = self._applied, settings
         if (old.hf_token, old.hub.endpoint) != (settings.hf_token, settings.hub.endpoint):
             self.hub = self._make_hub(settings)
-            # The queue keeps its Hub (and endpoint) for the session; the token it takes now.
-            self.downloads.set_token(settings.token())
+            # Queued jobs and those in flight move to the new endpoint (and token) at once.
+            self.downloads.set_hub(self.hub)
         if old.hub.parallel_downloads != settings.hub.parallel_downloads:
             self.downloads.max_concurrent = settings.hub.parallel_downloads
             self.disk.submit(self.downloads.start)  # start more workers if there is room

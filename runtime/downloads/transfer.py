@@ -13,8 +13,19 @@ headers, the token, the file's metadata and the error mapping stay huggingface_h
     >>> hashing.digest.hexdigest()                          # the sha256 of the whole file
 
 Errors: `Retryable` (connection lost, stall, HTTP 5xx/408/429, a short body) carries how many
-bytes the attempt brought; `Stopped` when the flag was raised; typed `OutriderError`s for the
-rest (404, 401/403, disk full).
+bytes the attempt brought; `OutOfSpace` when the disk filled up (the caller says how much is
+free and needed); `Stopped` when the flag was raised; typed `OutriderError`s for the rest (404,
+401/403, `OversizedDownload`).
+
+Never a byte past the file's size: a body longer than the size the Hub advertised (a
+Content-Length that says more, a body that runs on until the server closes) is cut at that
+size within the chunk that crosses it, and the attempt ends with `OversizedDownload`:
+
+    size 1,000,000, partial at 0, chunks of 65,536: the 16th chunk ends at 1,048,576;
+    its first 16,960 bytes are written, the partial is 1,000,000 bytes, the connection closed.
+
+Why not trust Content-Length: it is the server's word too, and a body without one (ended by
+closing the connection) has no length at all. The advertised size is what the sha256 is for.
 """
 
 from __future__ import annotations
@@ -26,12 +37,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 from urllib.parse import urlsplit
 
 import httpx
 
-from runtime.errors import DiskFull, GatedRepo, HubError, RemoteFileNotFound
+from runtime.errors import GatedRepo, HubError, OversizedDownload, RemoteFileNotFound
 from runtime.hub.client import redact
 from runtime.units import fmt_bytes
 
@@ -48,6 +59,15 @@ class Retryable(Exception):
     def __init__(self, reason: str, received: int = 0) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.received = received
+
+
+class OutOfSpace(Exception):
+    """The disk filled up (ENOSPC, EDQUOT) while appending; `received` bytes were appended
+    before it (the partial file keeps them, a whole prefix of the file)."""
+
+    def __init__(self, received: int) -> None:
+        super().__init__(f"the disk filled up after {received:,} bytes")
         self.received = received
 
 
@@ -140,6 +160,7 @@ def fetch_into(client: httpx.Client, url: str, headers: dict[str, str], partial:
 
     `hashing` must cover the partial's first `offset` bytes. `on_progress(total_bytes)` is
     called after each chunk. A server that ignores Range (200) restarts the file from zero.
+    The partial never grows past `size` (module doc).
     """
     headers = {**headers, "Accept-Encoding": "identity"}
     if offset:
@@ -156,22 +177,25 @@ def fetch_into(client: httpx.Client, url: str, headers: dict[str, str], partial:
                 partial.unlink(missing_ok=True)
                 hashing.reset()
                 offset = 0
-            # iter_raw, not iter_bytes(chunk_size), and a flush per chunk: each chunk reaches
+            room = None if size is None else size - offset  # what this body may add
+            # iter_raw, not iter_bytes(chunk_size), and an unbuffered file: each chunk reaches
             # the file as soon as it is read, so nothing received waits in a buffer when the
             # connection drops, and the partial's size (what another Outrider process shows)
-            # is never behind the progress reported here.
-            with partial.open("ab") as out:
+            # is never behind the progress reported here. Unbuffered also means a full disk
+            # fails the write itself, never a later flush in close() that would hide it.
+            with open(partial, "ab", buffering=0) as out:
                 for chunk in response.iter_raw():
-                    try:
-                        out.write(chunk)
-                        out.flush()
-                    except OSError as exc:
-                        if exc.errno == errno.ENOSPC:
-                            raise DiskFull(f"the disk filled up while fetching {what}") from exc
-                        raise
+                    over = room is not None and received + len(chunk) > room
+                    if room is not None and over:
+                        chunk = chunk[:room - received]
+                    _append(out, chunk, received)
                     hashing.update(chunk)
                     received += len(chunk)
                     on_progress(offset + received)
+                    if over:
+                        raise OversizedDownload(
+                            f"the server sent more than the file's size ({size:,} bytes) for "
+                            f"{what}; nothing past that size was saved")
                     if stop.stopped:
                         raise Stopped(stop.reason)
     except httpx.TimeoutException as exc:
@@ -188,6 +212,20 @@ def fetch_into(client: httpx.Client, url: str, headers: dict[str, str], partial:
     if size is not None and offset + received < size:
         raise Retryable(f"the server closed the file at {offset + received:,} of {size:,} bytes",
                         received)
+
+
+def _append(out: BinaryIO, chunk: bytes, received: int) -> None:
+    """Write all of `chunk` to an unbuffered file (a raw write may take only part of it).
+    A full disk is `OutOfSpace`; the bytes it let through stay, a prefix of the chunk."""
+    view = memoryview(chunk)
+    try:
+        while view:
+            written = out.write(view)
+            view = view[written or 0:]
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise OutOfSpace(received + len(chunk) - len(view)) from exc
+        raise
 
 
 def _bearer(headers: dict[str, str]) -> str | None:

@@ -12,7 +12,9 @@ Every engine gets:
 - the memory planner's GPU-layer choice for "auto" (`runtime.planner.gpu_layers`), asked
   only where llama.cpp was built with a GPU backend — on a CPU build there is nothing to
   decide, and the planner, which sees an NVIDIA card through NVML whatever llama.cpp was
-  built with, must not put layers on it.
+  built with, must not put layers on it;
+- the load probe (`runtime.engine.probe`): a file not yet known to be good is first loaded
+  in a child process, so a llama.cpp abort (GGML_ASSERT) ends the child, not the engine.
 
 Why one factory: the engine used to be assembled in three places that disagreed — the server
 passed the planner, `outrider run` did not (so "auto" stayed on the CPU of a GPU machine), and
@@ -23,6 +25,7 @@ drafting, no planner) construct `Engine` directly.
 from __future__ import annotations
 
 from runtime.engine.engine import Engine
+from runtime.engine.probe import LoadProbe
 from runtime.llama.binding import supports_gpu_offload
 from runtime.planner.gpu_layers import planned_gpu_layers
 from runtime.settings.load import LoadSettings
@@ -30,8 +33,9 @@ from runtime.speculative.speculation import Speculation
 
 
 def build_engine() -> Engine:
-    """A new engine (not started) with drafting and the planner's automatic GPU layers."""
-    return Engine(speculation=Speculation(), plan_gpu_layers=auto_gpu_layers)
+    """A new engine (not started) with drafting, the planner's automatic GPU layers and the
+    load probe."""
+    return Engine(speculation=Speculation(), plan_gpu_layers=auto_gpu_layers, probe=LoadProbe())
 
 
 def auto_gpu_layers(settings: LoadSettings) -> int | None:

@@ -8,6 +8,22 @@ the globals `raise_exception` and `strftime_now`; the variables are `messages` (
 A model without a template (or with one jinja cannot compile) gets ChatML, and says so:
 `source` is "fallback" and `note` explains why.
 
+A template is code from a model file, so rendering is bounded: a template that loops, recurses
+or builds a huge string ends with a one-line `ChatTemplateError` instead of holding a thread:
+
+    {% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}
+    → ChatTemplateError("the chat template ran longer than 3 s ...")
+
+How: the sandbox's own hooks check a per-render budget (time, size, call depth). Every loop a
+template can write gets its iterable from a call (`range`), an attribute or an item (hooked),
+or an operator (`+`, `*`, `**`, intercepted), so the clock is read at least once per ~100,000
+iterations (`range` is capped at that by the sandbox); the output is consumed chunk by chunk
+(`Template.generate`) and cut at `max_chars`; filters refuse numbers and results beyond it
+(`center(10**9)` would allocate a gigabyte in one call); nested macro calls stop at
+`_MAX_DEPTH`. Why not render in a thread and abandon it at a deadline: Python cannot stop a
+thread, so an abandoned render keeps burning a core (and the GIL) for as long as it likes, one
+more per hostile request.
+
     >>> t = ChatTemplate.from_model(None, bos_token="<s>", eos_token="</s>")
     >>> t.source, t.render([ChatMessage("user", "Hi")])
     ('fallback', '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n')
@@ -15,8 +31,11 @@ A model without a template (or with one jinja cannot compile) gets ChatML, and s
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -50,13 +69,138 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
                       sort_keys=sort_keys)
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+_MAX_DEPTH = 64  # nested template calls (a recursive macro); real templates use 2 or 3
+_MAX_CHARS = 8 * 1024 * 1024  # rendered characters: twice the server's 4 MB body limit
+_TIME_LIMIT_S = 3.0  # real templates render 10,000 messages in about 50 ms
+
+
+class _RenderBudget:
+    """What one render may still spend; one per render, on the rendering thread."""
+
+    def __init__(self, time_limit_s: float, max_chars: int) -> None:
+        self.time_limit_s = time_limit_s
+        self.deadline = time.monotonic() + time_limit_s
+        self.max_chars = max_chars
+        self.depth = 0
+
+    def tick(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise _TemplateTooCostly(
+                f"it ran longer than {self.time_limit_s:g} s (a loop that never ends?)")
+
+    def check_size(self, value: Any) -> Any:
+        if isinstance(value, str | list | tuple) and len(value) > self.max_chars:
+            raise _TemplateTooCostly(f"it built a value over {self.max_chars:,} items long")
+        return value
+
+
+class _TemplateTooCostly(Exception):
+    """Raised inside a render that went over its budget."""
+
+
+class _BoundedSandbox(ImmutableSandboxedEnvironment):
+    """The sandbox with every hook it offers checking the current render's `_RenderBudget`.
+
+    The budget lives in a thread-local: one compiled template may render on several worker
+    threads at once."""
+
+    intercepted_binops = frozenset({"+", "*", "**"})
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._local = threading.local()
+
+    def start(self, budget: _RenderBudget) -> None:
+        self._local.budget = budget
+
+    def finish(self) -> None:
+        self._local.budget = None
+
+    def budget(self) -> _RenderBudget | None:
+        return getattr(self._local, "budget", None)
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        budget = self.budget()
+        if budget is not None:
+            budget.tick()
+            return budget.check_size(super().getattr(obj, attribute))
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        budget = self.budget()
+        if budget is not None:
+            budget.tick()
+            return budget.check_size(super().getitem(obj, argument))
+        return super().getitem(obj, argument)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        budget = __self.budget()
+        if budget is None:
+            return super().call(__context, __obj, *args, **kwargs)
+        budget.tick()
+        if budget.depth >= _MAX_DEPTH:
+            raise _TemplateTooCostly(f"it nested calls more than {_MAX_DEPTH} deep (recursion?)")
+        budget.depth += 1
+        try:
+            return budget.check_size(super().call(__context, __obj, *args, **kwargs))
+        finally:
+            budget.depth -= 1
+
+    def call_binop(self, context: Any, operator_: str, left: Any, right: Any) -> Any:
+        budget = self.budget()
+        if budget is not None:
+            budget.tick()
+            if operator_ == "*":
+                _check_repeat(budget, left, right)
+            elif operator_ == "**" and isinstance(left, int) and isinstance(right, int) \
+                    and abs(left) > 1 and right > 64:
+                raise _TemplateTooCostly(f"it raised a number to the power {right}")
+            return budget.check_size(super().call_binop(context, operator_, left, right))
+        return super().call_binop(context, operator_, left, right)
+
+
+def _check_repeat(budget: _RenderBudget, left: Any, right: Any) -> None:
+    """`"x" * 10**9` is refused before it allocates a gigabyte."""
+    for seq, times in ((left, right), (right, left)):
+        if isinstance(seq, str | list | tuple) and isinstance(times, int) \
+                and len(seq) * times > budget.max_chars:
+            raise _TemplateTooCostly(f"it built a value over {budget.max_chars:,} items long")
+
+
+def _bounded_filter(env: _BoundedSandbox, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A filter that refuses numeric arguments and results larger than the size budget.
+    Also outside a render: jinja folds constant filter calls (`'x'|center(10**9)`) while it
+    compiles the template, at load time."""
+    first_arg = 2 if hasattr(fn, "jinja_pass_arg") else 1  # after (context,) value
+
+    @functools.wraps(fn)  # copies jinja's pass_context / pass_environment marker too
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        budget = env.budget()
+        limit = budget.max_chars if budget is not None else _MAX_CHARS
+        if budget is not None:
+            budget.tick()
+        if any(isinstance(a, int) and a > limit for a in (*args[first_arg:], *kwargs.values())):
+            raise _TemplateTooCostly(f"a filter was given a number over {limit:,}")
+        result = fn(*args, **kwargs)
+        if isinstance(result, str | list | tuple) and len(result) > limit:
+            raise _TemplateTooCostly(f"a filter built a value over {limit:,} items long")
+        return result
+
+    return bounded
+
+
+def _environment() -> _BoundedSandbox:
+    env = _BoundedSandbox(trim_blocks=True, lstrip_blocks=True,
+                          extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
+    env.filters = {name: _bounded_filter(env, fn) for name, fn in env.filters.items()}
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def _as_dict(message: ChatMessage | Mapping[str, Any]) -> dict[str, Any]:
@@ -74,11 +218,16 @@ class ChatTemplate:
     bos_token: str
     eos_token: str
     note: str | None = None
+    time_limit_s: float = _TIME_LIMIT_S
+    max_chars: int = _MAX_CHARS
+    _env: _BoundedSandbox = field(init=False, repr=False, compare=False)
     _compiled: jinja2.Template = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Compile once per model (milliseconds), not per request.
-        object.__setattr__(self, "_compiled", _environment().from_string(self.text))
+        env = _environment()
+        object.__setattr__(self, "_env", env)
+        object.__setattr__(self, "_compiled", env.from_string(self.text))
 
     @classmethod
     def from_model(cls, template: str | None, *, bos_token: str, eos_token: str) -> ChatTemplate:
@@ -86,7 +235,7 @@ class ChatTemplate:
         if template and template.strip():
             try:
                 _environment().from_string(template)
-            except jinja2.exceptions.TemplateError as exc:
+            except (jinja2.exceptions.TemplateError, _TemplateTooCostly) as exc:
                 return cls(CHATML, "fallback", bos_token, eos_token,
                            note=f"the model's chat template does not compile ({exc}); using ChatML")
             return cls(template, "model", bos_token, eos_token)
@@ -96,14 +245,35 @@ class ChatTemplate:
     def render(self, messages: Sequence[ChatMessage | Mapping[str, Any]], *,
                add_generation_prompt: bool = True, **extra: Any) -> str:
         """The prompt text for `messages`. A template's own `raise_exception` (e.g. "roles
-        must alternate") becomes a ChatTemplateError with its message."""
+        must alternate") becomes a ChatTemplateError with its message; so does any other
+        failure of the template (a sandbox refusal, a loop past `time_limit_s`, output past
+        `max_chars`, runaway recursion) — never a bare exception or a hang."""
+        budget = _RenderBudget(self.time_limit_s, self.max_chars)
+        self._env.start(budget)
         try:
-            return self._compiled.render(
-                messages=[_as_dict(m) for m in messages],
-                add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
-                **extra,
-            )
+            chunks: list[str] = []
+            size = 0
+            for chunk in self._compiled.generate(
+                    messages=[_as_dict(m) for m in messages],
+                    add_generation_prompt=add_generation_prompt,
+                    bos_token=self.bos_token,
+                    eos_token=self.eos_token,
+                    **extra):
+                size += len(chunk)
+                if size > self.max_chars:
+                    raise _TemplateTooCostly(f"its output passed {self.max_chars:,} characters")
+                budget.tick()
+                chunks.append(chunk)
+            return "".join(chunks)
         except jinja2.exceptions.TemplateError as exc:
-            raise ChatTemplateError(f"the chat template refused these messages: {exc}") from exc
+            raise ChatTemplateError(
+                f"the chat template refused these messages: {_one_line(exc)}") from exc
+        except _TemplateTooCostly as exc:
+            raise ChatTemplateError(f"the chat template was stopped: {exc}") from None
+        except RecursionError:
+            raise ChatTemplateError("the chat template was stopped: it recursed too deeply") from None
+        except Exception as exc:  # OverflowError (range too big), TypeError, ...: the template's fault
+            raise ChatTemplateError(
+                f"the chat template failed: {type(exc).__name__}: {_one_line(exc)}") from None
+        finally:
+            self._env.finish()

@@ -13,9 +13,24 @@ decode for every active sequence — for as long as there is work.
     text = "".join(e.text for e in handle.events() if isinstance(e, TokenEvent))
     engine.stop()
 
-A request that fails (context overflow, a template refusing the messages, a bad token id)
-gets an `ErrorEvent` and the thread carries on; an unexpected exception inside a step fails
-the requests in flight, clears the cache and carries on too.
+Every request is answered, and a request's failure is its own. The boundaries:
+
+- preparing (render the chat template, tokenize, truncate, fit `max_tokens` to the cache)
+  runs on a small worker pool, never on the engine thread, so a 10,000-message
+  `truncate_middle` chat or a template that loops until its time limit delays nobody; any
+  exception there — typed or not — becomes that request's `ErrorEvent`;
+- admitting (sequences, samplers, drafters) runs on the engine thread inside the same
+  boundary;
+- inside a step the scheduler fails only the request whose sampling or drafting raised
+  (`Scheduler.step`); only an exception from the batched decode itself — which no one
+  request owns — fails the requests in flight and clears the cache.
+
+Tokenizing on a worker thread while the engine thread decodes is safe: `llama_tokenize` only
+reads the vocabulary (`llama_vocab::impl::tokenize` is `const`, keeps its state in a
+per-call session object and has no `mutable` members; llama-vocab.cpp), and decoding never
+writes the vocabulary. What is not safe is freeing the model under a tokenizing worker, so a
+preparation holds a lease on its model (`_Loaded.lease`) and unloading waits for the leases
+to end — a few seconds at most, since rendering is time-bounded (`runtime.engine.chat_template`).
 """
 
 from __future__ import annotations
@@ -28,19 +43,27 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from runtime.engine.api import EngineMetrics, EngineStatus, LoadedModel
 from runtime.engine.chat_template import ChatTemplate
-from runtime.engine.prompt import PreparedPrompt, prepare_prompt
+from runtime.engine.prompt import PreparedPrompt, answer_budget, prepare_prompt
 from runtime.engine.scheduler import Scheduler, StepReport
 from runtime.engine.sequence import Sequence
 from runtime.engine.stops import StopMatcher
 from runtime.errors import NoModelLoaded, OutriderError, SettingsError
-from runtime.events import ChatMessage, ErrorEvent, Event, Finished, GenerationRequest
+from runtime.events import (
+    ChatMessage,
+    ErrorEvent,
+    Event,
+    Finished,
+    GenerationRequest,
+    SamplingParams,
+)
 from runtime.llama.binding import Batch, LlamaContext, LlamaModel, supports_gpu_offload
-from runtime.llama.params import to_llama_params
+from runtime.llama.params import LlamaParams, to_llama_params
 from runtime.sampling.sampler import Sampler
 from runtime.settings.load import LoadSettings
 from runtime.speculative.api import SpecSetup, Speculation
@@ -49,6 +72,7 @@ from runtime.speculative.stats import acceptance_rate, mean_accepted_length
 logger = logging.getLogger("outrider.engine")
 
 _METRICS_WINDOW_S = 5.0
+_PREPARE_WORKERS = 2  # prompts rendered and tokenized at once, off the engine thread
 _IDLE_AFTER_S = 1.0  # no step for this long (and twice the last step): the rates read 0
 
 
@@ -109,11 +133,46 @@ class _Loaded:
     template: ChatTemplate
     scheduler: Scheduler
     spec: SpecSetup | None
+    # Preparations (worker threads) using `model` right now; unloading waits for 0.
+    leases: int = 0
+    closing: bool = False
+    lease_changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def lease(self) -> bool:
+        """Take a lease on the model for a preparation; False once it is being unloaded."""
+        with self.lease_changed:
+            if self.closing:
+                return False
+            self.leases += 1
+            return True
+
+    def release(self) -> None:
+        with self.lease_changed:
+            self.leases -= 1
+            self.lease_changed.notify_all()
+
+    def close_leases(self) -> None:
+        """Refuse new leases and wait until every preparation has let go of the model."""
+        with self.lease_changed:
+            self.closing = True
+            self.lease_changed.wait_for(lambda: self.leases == 0)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A worker's answer for one request: its prompt and fitted sampling, or its error."""
+
+    loaded: _Loaded
+    request: GenerationRequest
+    handle: RequestHandle
+    prompt: PreparedPrompt | None = None
+    sampling: SamplingParams | None = None
+    error: ErrorEvent | None = None
 
 
 @dataclass(frozen=True)
 class _Command:
-    kind: str  # load | unload | submit | cancel | stop
+    kind: str  # load | unload | submit | admit | cancel | stop
     payload: Any = None
     future: concurrent.futures.Future[Any] | None = None
 
@@ -122,14 +181,17 @@ class Engine:
     """Implements `runtime.engine.api.EngineAPI`.
 
     Collaborators are passed in: `speculation` sets up drafting per load (None: plain
-    decoding), `plan_gpu_layers` answers "auto" GPU layers (None: CPU only, said in notes).
-    `on_progress` of `load` is called on the engine thread.
+    decoding), `plan_gpu_layers` answers "auto" GPU layers (None: CPU only, said in notes),
+    `probe` loads a file once in a child process before the engine does (None: no probe;
+    `runtime.engine.probe`). `on_progress` of `load` is called on the engine thread.
     """
 
     def __init__(self, *, speculation: Speculation | None = None,
-                 plan_gpu_layers: Callable[[LoadSettings], int | None] | None = None) -> None:
+                 plan_gpu_layers: Callable[[LoadSettings], int | None] | None = None,
+                 probe: Callable[[Path, LlamaParams], None] | None = None) -> None:
         self._speculation = speculation
         self._plan_gpu_layers = plan_gpu_layers
+        self._probe = probe
         self._inbox: queue.SimpleQueue[_Command] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -138,6 +200,9 @@ class Engine:
         self._info: LoadedModel | None = None
         self._template: ChatTemplate | None = None
         self._handles: dict[str, RequestHandle] = {}
+        self._preparing: set[str] = set()  # request ids on the worker pool
+        self._cancel_on_admit: set[str] = set()  # cancelled while preparing
+        self._prepare_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._steps: deque[tuple[float, StepReport, int | None]] = deque()
         self._steps_lock = threading.Lock()  # written by the engine thread, read by metrics()
         self._counts = (0, 0, 0, 0)  # active, waiting, cells used, cells total
@@ -149,6 +214,9 @@ class Engine:
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
+            if self._prepare_pool is None:
+                self._prepare_pool = concurrent.futures.ThreadPoolExecutor(
+                    _PREPARE_WORKERS, thread_name_prefix="outrider-prepare")
             self._thread = threading.Thread(target=self._run, name="outrider-engine", daemon=True)
             self._thread.start()
 
@@ -161,6 +229,9 @@ class Engine:
         self._inbox.put(_Command("stop", future=future))
         thread.join()
         self._thread = None
+        pool, self._prepare_pool = self._prepare_pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def load(self, settings: LoadSettings,
              on_progress: Callable[[float], None] | None = None) -> LoadedModel:
@@ -267,16 +338,21 @@ class Engine:
             elif command.kind == "submit":
                 self._submit_now(*command.payload)
                 result = None
+            elif command.kind == "admit":
+                self._admit_now(command.payload)
+                result = None
             elif command.kind == "cancel":
-                if self._loaded is not None:
-                    self._loaded.scheduler.cancel(command.payload)
-                    self._update_counts(self._loaded)
+                self._cancel_now(command.payload)
                 result = None
             else:
                 raise ValueError(f"unknown engine command {command.kind!r}")
         except BaseException as exc:  # delivered to the caller, never kills the thread
             if future is not None:
                 future.set_exception(exc)
+            elif command.kind in ("submit", "admit"):  # the request's own error, answered
+                logger.debug("engine command %s failed", command.kind, exc_info=True)
+                self._answer_error(command.payload[1] if command.kind == "submit"
+                                   else command.payload.handle, exc)
             else:
                 logger.exception("engine command %s failed", command.kind)
             return
@@ -340,7 +416,7 @@ class Engine:
             else:
                 plan = None if supports_gpu_offload() else 0  # CPU build: nothing to decide
             params = to_llama_params(settings, plan)
-            result = load_model(settings, params, on_progress, self._speculation)
+            result = load_model(settings, params, on_progress, self._speculation, self._probe)
         except BaseException:
             self._state = "empty"
             raise
@@ -361,6 +437,7 @@ class Engine:
         if loaded is None:
             return
         self._state = "empty"
+        loaded.close_leases()  # no worker may tokenize with a freed model
         loaded.scheduler.cancel_all()
         for handle in list(self._handles.values()):  # requests not yet turned into sequences
             handle._put(ErrorEvent(handle.id, "NoModelLoaded", "the model was unloaded"))
@@ -376,22 +453,78 @@ class Engine:
         self._off_reason = None
 
     def _submit_now(self, request: GenerationRequest, handle: RequestHandle) -> None:
+        """Hand the request to the preparation pool; its answer comes back as "admit"."""
         loaded = self._loaded
-        if loaded is None:
+        pool = self._prepare_pool
+        if loaded is None or pool is None:
             handle._put(ErrorEvent(request.id, "NoModelLoaded", "no model is loaded; load one first"))
             return
-        try:
-            prepared = prepare_prompt(request, loaded.model, loaded.template, loaded.ctx.n_ctx)
-        except OutriderError as exc:
-            handle._put(ErrorEvent(request.id, type(exc).__name__, str(exc)))
+        if request.id in self._handles:
+            handle._put(ErrorEvent(request.id, "SettingsError",
+                                   f"a request with id {request.id!r} is already running"))
             return
         self._handles[request.id] = handle
-        loaded.scheduler.add(self._sequences(request, prepared, loaded))
+        self._preparing.add(request.id)
+        pool.submit(self._prepare, loaded, request, handle)
+
+    def _prepare(self, loaded: _Loaded, request: GenerationRequest, handle: RequestHandle) -> None:
+        """On a worker thread: the prompt's tokens and the sampling fitted to the cache, or the
+        request's error. Never raises: whatever happens is posted back as "admit"."""
+        if not loaded.lease():
+            error = ErrorEvent(request.id, "NoModelLoaded", "the model was unloaded")
+            self._inbox.put(_Command("admit", _Prepared(loaded, request, handle, error=error)))
+            return
+        try:
+            n_ctx = loaded.ctx.n_ctx
+            prompt = prepare_prompt(request, loaded.model, loaded.template, n_ctx)
+            kv = loaded.scheduler.kv
+            sampling = answer_budget(request.sampling, prompt_len=len(prompt.tokens), n=request.n,
+                                     n_ctx=n_ctx, n_slots=kv.n_slots, shares_prefixes=kv.sharing)
+            result = _Prepared(loaded, request, handle, prompt, sampling)
+        except BaseException as exc:  # whatever it is, the request's answer
+            result = _Prepared(loaded, request, handle, error=_error_event(request.id, exc))
+        finally:
+            loaded.release()
+        self._inbox.put(_Command("admit", result))
+
+    def _admit_now(self, prepared: _Prepared) -> None:
+        request, handle = prepared.request, prepared.handle
+        self._preparing.discard(request.id)
+        cancelled = request.id in self._cancel_on_admit
+        self._cancel_on_admit.discard(request.id)
+        if self._handles.get(request.id) is not handle or prepared.loaded is not self._loaded:
+            return  # already answered: the model was unloaded meanwhile
+        if prepared.error is not None:
+            del self._handles[request.id]
+            handle._put(prepared.error)
+            return
+        assert prepared.prompt is not None and prepared.sampling is not None
+        loaded = prepared.loaded
+        loaded.scheduler.add(self._sequences(request, prepared.prompt, prepared.sampling, loaded))
+        if cancelled:
+            loaded.scheduler.cancel(request.id)
         self._update_counts(loaded)
 
+    def _cancel_now(self, request_id: str) -> None:
+        if request_id in self._preparing:
+            self._cancel_on_admit.add(request_id)
+        if self._loaded is not None:
+            self._loaded.scheduler.cancel(request_id)
+            self._update_counts(self._loaded)
+
+    def _answer_error(self, handle: RequestHandle, exc: BaseException) -> None:
+        """A submit or admit that raised: the request ends with its error, nothing else does."""
+        if self._handles.get(handle.id) is handle:
+            del self._handles[handle.id]
+        self._preparing.discard(handle.id)
+        if self._loaded is not None:
+            # Drops any sequences it has; their ErrorEvent goes nowhere (the handle is detached
+            # above), the one below says what happened.
+            self._loaded.scheduler.fail(handle.id, "EngineError", "")
+        handle._put(_error_event(handle.id, exc))
+
     def _sequences(self, request: GenerationRequest, prepared: PreparedPrompt,
-                   loaded: _Loaded) -> list[Sequence]:
-        sampling = request.sampling
+                   sampling: SamplingParams, loaded: _Loaded) -> list[Sequence]:
         seqs: list[Sequence] = []
         now = time.perf_counter()
         for i in range(request.n):
@@ -406,6 +539,17 @@ class Engine:
                 seq.drafter = loaded.spec.drafter_for(seq)
             seqs.append(seq)
         return seqs
+
+
+def _error_event(request_id: str, exc: BaseException) -> ErrorEvent:
+    """A request's failure as its event: a typed error keeps its class and line; anything
+    else is labelled an engine failure, with its class, in one line."""
+    if isinstance(exc, OutriderError):
+        return ErrorEvent(request_id, type(exc).__name__, str(exc))
+    detail = str(exc).splitlines()[0] if str(exc) else ""
+    return ErrorEvent(request_id, "EngineError",
+                      f"the engine failed on this request: {type(exc).__name__}"
+                      + (f": {detail}" if detail else ""))
 
 
 def messages_of(data: Seq[ChatMessage | dict[str, str]]) -> tuple[ChatMessage, ...]:

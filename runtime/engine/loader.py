@@ -4,6 +4,7 @@ Runs on the engine thread. Each stage fails with a typed error and frees what th
 stages made, so a failed load leaves nothing behind and the engine can load again:
 
     preflight (runtime.gguf.preflight: the file is a sane GGUF)   → ModelFileError subclasses
+    probe (runtime.engine.probe, optional: a child loads a new file) → LoadCrashed
     llama_model_load_from_file (with progress)                 → LoadError / UnsupportedArchitecture
     llama_init_from_model (K/V types, flash attention, slots)  → LoadError with llama.cpp's reason
     chat template (the model's, or ChatML said out loud)
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from runtime.engine.api import LoadedModel
 from runtime.engine.chat_template import ChatTemplate
@@ -39,10 +41,14 @@ class LoadResult:
 
 def load_model(settings: LoadSettings, params: LlamaParams,
                on_progress: Callable[[float], None] | None,
-               speculation: Speculation | None) -> LoadResult:
-    """Everything the engine needs for `settings`, or a typed error with nothing left open."""
+               speculation: Speculation | None,
+               probe: Callable[[Path, LlamaParams], None] | None = None) -> LoadResult:
+    """Everything the engine needs for `settings`, or a typed error with nothing left open.
+    `probe(path, params)` runs after the preflight and before llama.cpp sees the file here."""
     path = settings.model_path
     check_gguf(path)
+    if probe is not None:
+        probe(path, params)
 
     def progress(fraction: float) -> bool:
         if on_progress is not None:
@@ -62,7 +68,7 @@ def load_model(settings: LoadSettings, params: LlamaParams,
         model.close()
         raise
     try:
-        return _finish(settings, params, model, ctx, speculation)
+        return _finish(settings, params, model, ctx, speculation, probe)
     except BaseException:
         ctx.close()
         model.close()
@@ -70,7 +76,8 @@ def load_model(settings: LoadSettings, params: LlamaParams,
 
 
 def _finish(settings: LoadSettings, params: LlamaParams, model: LlamaModel, ctx: LlamaContext,
-            speculation: Speculation | None) -> LoadResult:
+            speculation: Speculation | None,
+            probe: Callable[[Path, LlamaParams], None] | None) -> LoadResult:
     notes = list(params.notes)
     template = ChatTemplate.from_model(
         model.chat_template(),
@@ -92,6 +99,9 @@ def _finish(settings: LoadSettings, params: LlamaParams, model: LlamaModel, ctx:
             draft_refused = "speculative decoding is not available in this engine"
         else:
             try:
+                draft_path = settings.draft.model_path
+                if probe is not None and settings.draft.kind == "model" and draft_path:
+                    probe(draft_path, params)  # a draft that crashes llama.cpp: drafting off
                 spec = speculation.attach(model, settings)
             except OutriderError as exc:
                 draft_refused = str(exc)

@@ -19,6 +19,16 @@ keeping its generated tokens, and is recomputed later (its prefix may still be c
         sched.step()
 
 Events (TokenEvent, StepStats, Finished, ErrorEvent) leave through `emit(seq, event)`.
+
+A failure belongs to one request: an exception while drafting for, sampling or accepting the
+tokens of one sequence (NaN logits, a drafter's bug) fails that sequence's request with an
+ErrorEvent (`_guarded`) and the step goes on for everyone else, cache intact. Only the decode
+itself, which no one request owns, can fail the whole step.
+
+Preemption always makes progress: the victim is the running sequence that *arrived* last
+(ties: the higher sample index), and a preempted sequence keeps its arrival, so the oldest
+request is never preempted for a newer one and runs to its end; without that, a recomputed
+sequence counted as "newest" again and the same ones were thrown out over and over.
 """
 
 from __future__ import annotations
@@ -27,8 +37,9 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from collections.abc import Sequence as Seq
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,6 +47,7 @@ import numpy as np
 
 from runtime.engine.kv_slots import KvSlots
 from runtime.engine.sequence import Sequence, Status
+from runtime.errors import EngineError, OutriderError
 from runtime.events import (
     ErrorEvent,
     Event,
@@ -217,7 +229,13 @@ class Scheduler:
         for seq in decoders:
             if left <= 0:
                 break
-            proposal = self._propose(seq, min(left - 1, spare))
+            if seq.finished:  # another sample of its request failed just now
+                continue
+            proposal = None
+            with self._guarded(seq):
+                proposal = self._propose(seq, min(left - 1, spare))
+            if seq.finished:
+                continue
             if proposal is not None and proposal.tokens:
                 fed = [seq.tokens[-1], *proposal.tokens]
                 row = batch.add_tokens_all_logits(fed, seq.n_computed, seq.slot)
@@ -314,12 +332,15 @@ class Scheduler:
         now = self.clock()
         for entry in entries:
             seq = entry.seq
+            if seq.finished:  # its request failed earlier in this loop (another sample's error)
+                continue
             if entry.proposal is not None:
                 assert logits is not None
-                d, a = self._verify(entry, logits, now)
-                drafted += d
-                accepted += a
-                decoded += a + 1
+                with self._guarded(seq):
+                    d, a = self._verify(entry, logits, now)
+                    drafted += d
+                    accepted += a
+                    decoded += a + 1
                 continue
             self.kv.append(seq.slot, entry.tokens)
             is_decode = len(entry.tokens) == 1 and seq.n_computed >= seq.prompt_len
@@ -331,16 +352,32 @@ class Scheduler:
             if entry.row < 0:
                 continue
             assert logits is not None
-            token = seq.sampler.sample(logits[entry.row], seq.tokens)
-            decoded += 1
-            self._accept(seq, token, from_draft=False, now=now)
-            drafter = seq.drafter
-            if (is_decode and drafter is not None and not seq.finished
-                    and drafter.off_reason != seq.spec_off_said):
-                # Drafting switched off (or back on) between rounds: say so once.
-                seq.spec_off_said = drafter.off_reason
-                self.emit(seq, self._step_stats(seq, 0, 0))
+            with self._guarded(seq):
+                token = seq.sampler.sample(logits[entry.row], seq.tokens)
+                decoded += 1
+                self._accept(seq, token, from_draft=False, now=now)
+                drafter = seq.drafter
+                if (is_decode and drafter is not None and not seq.finished
+                        and drafter.off_reason != seq.spec_off_said):
+                    # Drafting switched off (or back on) between rounds: say so once.
+                    seq.spec_off_said = drafter.off_reason
+                    self.emit(seq, self._step_stats(seq, 0, 0))
         return StepReport(decoded, prefilled, self.clock() - t0, drafted, accepted)
+
+    @contextmanager
+    def _guarded(self, seq: Sequence) -> Iterator[None]:
+        """Run one sequence's share of the step; an exception fails its request alone."""
+        try:
+            yield
+        except Exception as exc:
+            if isinstance(exc, OutriderError):
+                kind, message = type(exc).__name__, str(exc)
+            else:
+                logger.exception("request %s failed inside a step", seq.request_id)
+                kind = EngineError.__name__
+                message = f"the engine failed on this request: {type(exc).__name__}: {exc}"
+            if not seq.finished:
+                self.fail(seq.request_id, kind, message)
 
     def _verify(self, entry: _Entry, logits: np.ndarray, now: float) -> tuple[int, int]:
         seq, proposal = entry.seq, entry.proposal
@@ -406,7 +443,8 @@ class Scheduler:
     # ---- leaving ------------------------------------------------------------------------------
 
     def _newest(self) -> Sequence:
-        return max(self.running, key=lambda s: s.order)
+        """The preemption victim: latest arrival (a preempted sequence keeps its own)."""
+        return max(self.running, key=lambda s: (s.arrival, s.index, s.order))
 
     def _preempt(self, seq: Sequence) -> None:
         """Free a running sequence's cells and requeue it (front) for recomputation."""

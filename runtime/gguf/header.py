@@ -26,11 +26,19 @@ import hashlib
 import mmap
 import struct
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gguf import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUFValueType
 
-from runtime.errors import CorruptModel, NotAGGUF
+from runtime.errors import (
+    CorruptModel,
+    ModelFileError,
+    ModelNotFound,
+    NotAGGUF,
+    TruncatedModel,
+    shown,
+)
 from runtime.gguf.constants import GGML_TYPES
 
 MAX_KV = 1 << 16  # real files have tens to a few hundred keys
@@ -41,6 +49,10 @@ MAX_ARRAY_ITEMS = 1 << 28  # vocabularies have up to ~10^6 entries
 MAX_TENSOR_NAME = 63  # GGML_MAX_NAME - 1
 MAX_DIMS = 4
 EAGER_ARRAY_ITEMS = 4096  # arrays up to this length are read into tuples; longer ones lazily
+# Bytes past the end of the tensor data that a file may carry before it is refused. Writers
+# leave none; llama.cpp maps the whole file, and on a 1 TiB sparse tail it sat in
+# llama_model_load_from_file for more than a minute.
+MAX_TAIL_BYTES = 16 << 20
 
 _SCALARS: dict[int, struct.Struct] = {
     GGUFValueType.UINT8: struct.Struct("<B"),
@@ -148,6 +160,7 @@ class GGUFHeader:
     alignment: int
     data_offset: int  # absolute offset of the tensor data section
     data_size: int  # bytes of the data section the tensors need, padding included
+    kv_types: dict[str, int] = field(default_factory=dict, repr=False)  # key → GGUFValueType
 
     @property
     def data_end(self) -> int:
@@ -277,12 +290,14 @@ def _parse(cur: _Cursor) -> GGUFHeader:
     cur.within(n_kv * 13 + n_tensors * 24)
 
     kv: dict[str, Any] = {}
+    kv_types: dict[str, int] = {}
     arrays: dict[str, LazyArray] = {}
     for _ in range(n_kv):
         key = cur.string("a metadata key", MAX_KEY_LENGTH)
         if key in kv:
             raise CorruptModel(f"metadata key {key!r} appears twice; the file is corrupt")
         value_type = cur.unpack(_U32)
+        kv_types[key] = value_type
         if value_type == GGUFValueType.ARRAY:
             span = _array(cur, key)
             arrays[key] = span
@@ -292,6 +307,8 @@ def _parse(cur: _Cursor) -> GGUFHeader:
             kv[key] = _value(cur, key, value_type)
 
     alignment = kv.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
+    if "general.alignment" in kv and kv_types["general.alignment"] != GGUFValueType.UINT32:
+        raise CorruptModel("general.alignment is not a uint32 (ggml/src/gguf.cpp refuses it)")
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 \
             or alignment & (alignment - 1):
         raise CorruptModel(f"general.alignment {alignment!r} is not a power of two")
@@ -308,7 +325,8 @@ def _parse(cur: _Cursor) -> GGUFHeader:
             raise CorruptModel(f"tensor {t.name!r} starts at data offset {t.offset:,}, "
                                f"expected {data_size:,}; the file is corrupt")
         data_size += _pad(t.n_bytes, alignment)
-    return GGUFHeader(version, kv, arrays, tuple(tensors), alignment, data_offset, data_size)
+    return GGUFHeader(version, kv, arrays, tuple(tensors), alignment, data_offset, data_size,
+                      kv_types)
 
 
 def _value(cur: _Cursor, key: str, value_type: int) -> Any:
@@ -384,3 +402,52 @@ def _tensor_info(cur: _Cursor, seen: set[str]) -> TensorInfo:
 
 def _pad(n: int, alignment: int) -> int:
     return (n + alignment - 1) // alignment * alignment
+
+
+def read_local_header(path: Path) -> GGUFHeader:
+    """Parse one local file's header and check that its tensor data is all there, and no more.
+
+    Raises `ModelNotFound`, `NotAGGUF`, `TruncatedModel`, `CorruptModel` or `ModelFileError`.
+    """
+    size = _file_size(path)
+    try:
+        with path.open("rb") as f:
+            if size < 8:
+                check_magic(f.read(8))
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+                header = parse_header(view)
+    except HeaderBeyondFile:
+        raise TruncatedModel(f"{shown(path.name)} ends inside its header (at byte {size:,}); "
+                             "an interrupted download?") from None
+    except (CorruptModel, NotAGGUF) as exc:  # the parser knows no file names
+        raise type(exc)(f"{shown(path.name)}: {exc}") from None
+    except OSError as exc:
+        raise ModelFileError(f"cannot read {shown(path)}: {exc.strerror or exc}") from exc
+    if header.data_end > size:
+        percent = 100 * size // header.data_end
+        raise TruncatedModel(f"{shown(path.name)} is cut short: it has {size:,} of {header.data_end:,} "
+                             f"bytes ({percent}%) — an interrupted download?")
+    tail = size - header.data_end
+    if tail > max(MAX_TAIL_BYTES, header.data_end // 8):
+        raise CorruptModel(f"{shown(path.name)} is {size:,} bytes but its header accounts for only "
+                           f"{header.data_end:,}; the other {tail:,} bytes are not part of the "
+                           "model (a damaged or wrongly joined file?)")
+    return header
+
+
+def _file_size(path: Path) -> int:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        raise ModelNotFound(f"no model file at {shown(path)}") from None
+    except OSError as exc:
+        raise ModelFileError(f"cannot read {shown(path)}: {exc.strerror or exc}") from exc
+    if path.is_dir():
+        found = sorted(p.name for p in path.glob("*.gguf"))[:3]
+        hint = f" (it holds {', '.join(found)})" if found else ""
+        raise ModelNotFound(f"{shown(path)} is a folder, not a model file{hint}")
+    if not path.is_file():
+        raise ModelFileError(f"{shown(path)} is not a regular file")
+    if stat.st_size == 0:
+        raise NotAGGUF(f"{shown(path.name)} is empty (0 bytes)")
+    return stat.st_size

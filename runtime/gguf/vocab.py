@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.errors import ModelFileError
-from runtime.gguf.header import GGUFHeader, LazyArray, metadata_value
-from runtime.gguf.preflight import read_local_header
+from runtime.gguf.header import GGUFHeader, LazyArray, metadata_value, read_local_header
 
 # tokenizer.ggml.model → llama.cpp's vocabulary type and its default special tokens
 # (src/llama-vocab.cpp, llama_vocab::impl::load): type, bos, eos, add_bos, add_eos.
@@ -46,6 +45,8 @@ _VOCAB_DEFAULTS: dict[str, tuple[str, int | None, int | None, bool, bool]] = {
     "rwkv": ("rwkv", None, None, False, False),
     "plamo2": ("plamo2", 1, 2, False, False),
 }
+# tokenizer.ggml.model values llama.cpp knows; any other is "unknown tokenizer".
+KNOWN_TOKENIZERS = frozenset(_VOCAB_DEFAULTS)
 # BPE pre-tokenizers for which llama.cpp turns add_bos on by default.
 _BPE_PRE_ADD_BOS = frozenset({
     "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",

@@ -8,6 +8,12 @@
     >>> cat.drafts_for("bartowski/Meta-Llama-3.1-8B-Instruct-GGUF")[0].repo
     'bartowski/Llama-3.2-1B-Instruct-GGUF'
 
+What runs well on this machine (`Catalog.for_machine`) ranks the models that fit by an expected
+decode speed: generating a token reads every weight once, so tok/s ≈ memory bandwidth / the
+weights' bytes (`expected_tok_s`). Worked example, a 2-core machine without a GPU (2 × 6 GB/s):
+Qwen2.5 14B at Q4_K_M is 14.7e9 × 4.85 / 8 ≈ 8.9 GB → 12 / 8.9 = 1.3 tok/s; Qwen2.5 1.5B (≈ 0.93 GB)
+→ 13 tok/s, so it comes first.
+
 The file is reviewed by hand (see its header); this module only reads and validates it,
 refusing unknown keys by name so a typo is an error, not a silently missing field.
 """
@@ -23,6 +29,27 @@ from runtime.errors import CatalogError
 
 Role = Literal["chat", "draft", "code"]
 _ROLES = ("chat", "draft", "code")
+
+# Bits per weight of the catalogue's default quants (llama.cpp's published averages).
+_BITS = {"Q4_0": 4.5, "Q4_1": 5.0, "Q4_K_M": 4.85, "Q5_K_M": 5.7, "Q6_K": 6.6, "Q8_0": 8.5,
+         "F16": 16.0}
+# A rough, documented estimate of the bandwidth llama.cpp's decode reaches: per CPU core (a
+# few cores saturate a desktop's memory, hence the cap) and for a GPU holding the model.
+CPU_GBS_PER_CORE = 6.0
+CPU_GBS_MAX = 60.0
+GPU_GBS = 300.0
+USABLE_TOK_S = 8.0  # below this a reply crawls: such models rank after those that run well
+
+
+def machine_bandwidth_gbs(cores: int, gpu: bool) -> float:
+    """The memory bandwidth decode is expected to reach here, GB/s (see the module doc)."""
+    return GPU_GBS if gpu else min(CPU_GBS_MAX, CPU_GBS_PER_CORE * max(1, cores))
+
+
+def expected_tok_s(model: CatalogModel, bandwidth_gbs: float) -> float:
+    """Decode tokens per second ≈ bandwidth / bytes of weights (read once per token)."""
+    weight_gb = model.params_b * _BITS.get(model.default_quant, 5.0) / 8
+    return bandwidth_gbs / weight_gb if weight_gb > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -75,6 +102,16 @@ class Catalog:
         gb = free_bytes / (1 << 30)
         fit = [m for m in self.models if m.tier_gb <= gb and (role is None or m.role == role)]
         return sorted(fit, key=lambda m: (-m.tier_gb, -m.params_b))
+
+    def for_machine(self, free_bytes: int, *, cores: int, gpu: bool,
+                    role: Role | None = None) -> list[tuple[CatalogModel, float]]:
+        """(model, expected tok/s) of the models that fit in `free_bytes`, what runs well here
+        first: those expected at `USABLE_TOK_S` or more, largest first; then the slower ones,
+        fastest first. On 2 cores without a GPU, Qwen2.5 14B (1.3 tok/s) comes last."""
+        bandwidth = machine_bandwidth_gbs(cores, gpu)
+        rated = [(m, expected_tok_s(m, bandwidth)) for m in self.for_memory(free_bytes, role)]
+        return sorted(rated, key=lambda mt: (mt[1] < USABLE_TOK_S,
+                                             -mt[0].params_b if mt[1] >= USABLE_TOK_S else -mt[1]))
 
     def drafts_for(self, key: str) -> list[CatalogModel]:
         """Known-good drafts for a target given by id or repo id."""

@@ -22,19 +22,32 @@ huggingface.co itself — ignoring a configured mirror — before the first requ
 
 Offline (`HF_HUB_OFFLINE=1`): answers fetched before are served from the cache
 (`<user cache>/hub/`); anything else raises `HubOffline`.
+
+No network: each call first resolves the endpoint's host name and opens a TCP connection to it,
+each for at most `resolve_timeout` seconds (3 s; `check_reachable` says why), so a call without
+a network is `HubUnreachable` within seconds instead of half a minute.
+
+    >>> Hub(endpoint="https://hub.invalid").search("qwen")
+    Traceback (most recent call last):
+    runtime.errors.HubUnreachable: cannot reach https://hub.invalid: the name hub.invalid does not resolve ([Errno -2] Name or service not known)
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
+import socket
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, cast
+from urllib.parse import urlsplit
+from urllib.request import getproxies, proxy_bypass
 
 from huggingface_hub import HfApi, constants, get_hf_file_metadata, hf_hub_url
 from huggingface_hub.errors import (
@@ -64,6 +77,7 @@ constants.HF_HUB_DISABLE_TELEMETRY = True  # read at each request: no extra call
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 LIBRARY_NAME = "outrider"
+RESOLVE_TIMEOUT_S = 3.0
 
 SortKey = Literal["downloads", "likes", "recent"]
 # Outrider's sort names → huggingface_hub's (it maps "last_modified" to the API's lastModified).
@@ -80,6 +94,60 @@ def offline_mode() -> bool:
     """Whether `HF_HUB_OFFLINE` (or `TRANSFORMERS_OFFLINE`) is set now, as huggingface_hub reads it."""
     value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
     return value.strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def check_reachable(endpoint: str, timeout: float = RESOLVE_TIMEOUT_S) -> None:
+    """Raise `HubUnreachable` unless `endpoint`'s host name resolves and its port takes a TCP
+    connection, each within `timeout` s.
+
+    Why: without a network the system resolver takes 15–45 s to give up, and huggingface_hub
+    retries a refused or failed connection five times (1 + 2 + 4 + 8 + 8 s of backoff); the
+    user would wait half a minute to learn there is no network. `getaddrinfo` has no timeout of
+    its own, so it runs on a daemon thread that is left to finish alone when it takes too long.
+    An IP address (a local mirror, a test server) needs no lookup. Behind a proxy the proxy
+    resolves and connects, so nothing is checked here.
+    """
+    parts = urlsplit(endpoint)
+    host = parts.hostname
+    if not host or (parts.scheme in getproxies() and not proxy_bypass(host)):
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    outcome: list[Any] = []
+
+    def look_up() -> None:
+        try:
+            outcome.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except OSError as exc:
+            outcome.append(exc)
+
+    if _is_ip(host):
+        outcome.append([(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
+                         0, "", (host, port))])
+    else:
+        lookup = threading.Thread(target=look_up, name="hub-resolve", daemon=True)
+        lookup.start()
+        lookup.join(timeout)
+    if not outcome:
+        raise HubUnreachable(f"cannot reach {endpoint}: the name {host} did not resolve "
+                             f"within {timeout:g} s")
+    if isinstance(outcome[0], OSError):
+        raise HubUnreachable(f"cannot reach {endpoint}: the name {host} does not resolve "
+                             f"({outcome[0]})")
+    family, kind, proto, _name, address = outcome[0][0]
+    try:
+        with socket.socket(family, kind, proto) as probe:
+            probe.settimeout(timeout)
+            probe.connect(address)
+    except OSError as exc:
+        raise HubUnreachable(f"cannot reach {endpoint}: {exc}") from exc
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def redact(text: str, token: str | None) -> str:
@@ -204,11 +272,13 @@ class Hub:
     """
 
     def __init__(self, token: str | None = None, endpoint: str | None = None,
-                 cache_dir: Path | None = None, timeout: float = 20.0) -> None:
+                 cache_dir: Path | None = None, timeout: float = 20.0,
+                 resolve_timeout: float = RESOLVE_TIMEOUT_S) -> None:
         self._token = token or None
         self._endpoint = endpoint.rstrip("/") if endpoint else None
         self._cache_dir = cache_dir
         self.timeout = timeout
+        self.resolve_timeout = resolve_timeout
 
     def __repr__(self) -> str:
         token = "hf_***" if self._token else None
@@ -224,7 +294,7 @@ class Hub:
 
     def with_token(self, token: str | None) -> Hub:
         """The same hub with another token (after a GatedRepo error asked for one)."""
-        return Hub(token, self._endpoint, self._cache_dir, self.timeout)
+        return Hub(token, self._endpoint, self._cache_dir, self.timeout, self.resolve_timeout)
 
     # -- calls -------------------------------------------------------------------------------
 
@@ -239,6 +309,7 @@ class Hub:
             if cached is None:
                 raise HubOffline("offline mode (HF_HUB_OFFLINE) is on and this search was never run")
             return [_summary_from_json(d) for d in cached]
+        check_reachable(self.endpoint, self.resolve_timeout)
         api = HfApi(endpoint=self.endpoint, token=self._token_arg(), library_name=LIBRARY_NAME)
         with self._translate(None):
             models = list(api.list_models(
@@ -269,6 +340,7 @@ class Hub:
             if cached is None:
                 raise HubOffline(f"offline mode (HF_HUB_OFFLINE) is on and {repo_id} was never looked up")
             return RepoDetails.from_dict(cached)
+        check_reachable(self.endpoint, self.resolve_timeout)
         api = HfApi(endpoint=self.endpoint, token=self._token_arg(), library_name=LIBRARY_NAME)
         with self._translate(repo_id):
             info = api.model_info(repo_id, revision=revision, files_metadata=True,
@@ -307,6 +379,7 @@ class Hub:
         """HEAD the file: its etag (sha256 for LFS), size, resolved commit and download URL."""
         if offline_mode():
             raise HubOffline(f"offline mode (HF_HUB_OFFLINE) is on; cannot fetch {filename}")
+        check_reachable(self.endpoint, self.resolve_timeout)
         url = self.file_url(repo_id, filename, revision)
         with self._translate(repo_id, filename):
             meta = get_hf_file_metadata(url, token=self._token_arg(), library_name=LIBRARY_NAME,

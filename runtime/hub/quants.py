@@ -199,6 +199,9 @@ def recommend(entries: Sequence[QuantEntry], preferred: str = DEFAULT_PREFERRED
     fitting = [e for e in usable if e.fits is not False]
     if fitting:
         e = min(fitting, key=lambda x: x.size)
+        if not by_level.keys() & set(PREFERRED_QUANTS):  # absent, not too big: say that
+            return e, (f"this repository has none of the usual levels "
+                       f"({', '.join(PREFERRED_QUANTS)}); {e.quant} is the smallest that fits")
         return e, f"none of the usual levels fits; {e.quant} is the smallest that does"
     return None, "no quant of this model fits in this machine's free memory"
 

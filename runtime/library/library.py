@@ -30,9 +30,11 @@ from huggingface_hub import scan_cache_dir
 from huggingface_hub.errors import CacheNotFound
 
 from runtime.atomic_file import write_text
-from runtime.errors import IncompleteSplit, ModelNotFound, OutriderError
+from runtime.errors import IncompleteSplit, ModelNotFound, OutriderError, shown
 from runtime.gguf.info import read_model_info
 from runtime.gguf.preflight import SPLIT_NAME
+from runtime.gguf.verdicts import FILE_NAME as VERDICTS_FILE
+from runtime.gguf.verdicts import VerdictStore
 from runtime.paths import user_dirs
 
 Source = Literal["library", "hf-cache", "lmstudio"]
@@ -56,6 +58,7 @@ class LibraryModel:
     repo_id: str | None = None
     info: dict[str, Any] | None = None  # header facts (_INFO_KEYS); None if unreadable
     error: str | None = None
+    failing: str | None = None  # llama.cpp crashed loading it (runtime.gguf.verdicts): why
 
     @property
     def name(self) -> str:
@@ -88,6 +91,7 @@ class Library:
         dirs = user_dirs()
         self.models_dir = Path(models_dir or dirs.models)
         self._index_path = Path(cache_dir or dirs.cache) / "library-index.json"
+        self._verdicts = VerdictStore(Path(cache_dir or dirs.cache) / VERDICTS_FILE)
         self._read_info = read_info
         self._index: dict[str, Any] | None = None
 
@@ -167,7 +171,7 @@ class Library:
         for part in parts:
             dest = folder / part.name
             if dest.exists() or dest.is_symlink():
-                raise OutriderError(f"{dest} already exists in the library")
+                raise OutriderError(f"{shown(dest)} already exists in the library")
         for part in parts:
             _place(part, folder / part.name, mode)
         first = folder / parts[0].name
@@ -183,7 +187,7 @@ class Library:
         removed: list[Path] = []
         for part in target.parts:
             if root not in part.absolute().parents:
-                raise OutriderError(f"{part} is not in the library ({self.models_dir}); "
+                raise OutriderError(f"{shown(part)} is not in the library ({self.models_dir}); "
                                     "Outrider only deletes its own files")
         for part in target.parts:
             part.unlink(missing_ok=True)
@@ -215,7 +219,8 @@ class Library:
             info = self._cached_info(first, size, mtime)
         except OutriderError as exc:
             return LibraryModel(first, source, size, mtime, parts, repo_id, None, str(exc))
-        return LibraryModel(first, source, size, mtime, parts, repo_id, info)
+        return LibraryModel(first, source, size, mtime, parts, repo_id, info,
+                            failing=self._verdicts.failing(first))
 
     def _cached_info(self, first: Path, size: int, mtime: float) -> dict[str, Any]:
         index = self._index_data()
@@ -273,7 +278,7 @@ def _parts_of(first: Path, strict: bool = True) -> tuple[Path, ...]:
     parts = [first.with_name(f"{m['prefix']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
     present = tuple(p for p in parts if p.is_file())
     if strict and len(present) != count:
-        raise IncompleteSplit(f"{first.name}: only {len(present)} of {count} parts are present")
+        raise IncompleteSplit(f"{shown(first.name)}: only {len(present)} of {count} parts are present")
     return present
 
 
@@ -285,7 +290,7 @@ def _place(source: Path, dest: Path, mode: ImportMode) -> None:
             try:
                 os.link(source, dest)
             except OSError as exc:
-                raise OutriderError(f"cannot link {source.name} into the library ({exc}); "
+                raise OutriderError(f"cannot link {shown(source.name)} into the library ({exc}); "
                                     "copy it instead") from exc
         return
     if mode == "move":
@@ -300,7 +305,7 @@ def _place(source: Path, dest: Path, mode: ImportMode) -> None:
         os.replace(incoming, dest)
     except OSError as exc:
         incoming.unlink(missing_ok=True)
-        raise OutriderError(f"cannot copy {source.name} into the library: {exc}") from exc
+        raise OutriderError(f"cannot copy {shown(source.name)} into the library: {exc}") from exc
     if mode == "move":
         source.unlink()
 

@@ -34,8 +34,9 @@ from pathlib import Path
 import llama_cpp.llama_cpp as L
 import numpy as np
 
-from runtime.errors import LoadError, UnsupportedArchitecture
+from runtime.errors import LoadError, UnsupportedArchitecture, shown
 from runtime.llama.params import LlamaParams
+from runtime.llama.reason import first_reason
 
 logger = logging.getLogger("outrider.llama")
 
@@ -116,15 +117,7 @@ def llama_log() -> LlamaLog:
 
 def _first_reason(captured: list[str]) -> str:
     """The reason llama.cpp gave for a failure, from the text it logged meanwhile."""
-    lines = [ln.strip() for ln in "".join(captured).splitlines() if ln.strip()]
-    keywords = ("error", "failed", "unknown", "not supported", "does not", "requires",
-                "invalid", "cannot", "unsupported")
-    picked = [ln for ln in lines if any(k in ln.lower() for k in keywords)]
-    if not picked:
-        return lines[-1] if lines else "no reason given"
-    # "llama_init_from_model: V cache type ... does not divide ..." → drop the function name.
-    first = picked[0]
-    return first.split(": ", 1)[1] if ": " in first and " " not in first.split(": ", 1)[0] else first
+    return first_reason("".join(captured))
 
 
 class LlamaModel:
@@ -178,9 +171,9 @@ class LlamaModel:
         if not ptr:
             reason = _first_reason(captured)
             if "unknown model architecture" in reason:
-                raise UnsupportedArchitecture(f"{path.name}: llama.cpp does not know this "
+                raise UnsupportedArchitecture(f"{shown(path.name)}: llama.cpp does not know this "
                                               f"architecture ({reason})")
-            raise LoadError(f"llama.cpp could not load {path.name}: {reason}")
+            raise LoadError(f"llama.cpp could not load {shown(path.name)}: {shown(reason)}")
         model = cls(ptr, path)
         model.load_log = "".join(captured)
         return model
@@ -288,6 +281,14 @@ class Utf8Stream:
         >>> s = Utf8Stream()
         >>> s.push("é".encode()[:1]), s.push("é".encode()[1:])
         ('', 'é')
+
+    The one place a reply's bytes become text, streamed or not: the end of a reply
+    (`flush`) drops a character still incomplete — a reply cut at max_tokens halfway
+    through "✓" ends before it, never in "\ufffd". Bytes that can never be UTF-8 are
+    still replaced as they arrive.
+
+        >>> s.push("ok ✓".encode()[:-1]), s.flush()
+        ('ok ', '')
     """
 
     def __init__(self) -> None:
@@ -297,7 +298,9 @@ class Utf8Stream:
         return self._decoder.decode(data) if data else ""
 
     def flush(self) -> str:
-        return self._decoder.decode(b"", final=True)
+        """The end of the reply: nothing more to say, an incomplete character left out."""
+        self._decoder.reset()
+        return ""
 
 
 class Batch:

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from runtime.errors import EvalError, KLDBaseMismatch, LoadError, ModelNotFound, TextTooShort
+from runtime.llama.reason import first_reason
 from runtime.quality.kld import (
     KLDBase,
     RefDist,
@@ -187,7 +188,8 @@ def evaluate(model: Path, text: str, options: EvalOptions | None = None, *,
 
 
 def _reason(errors: list[str]) -> str:
-    return errors[-1] if errors else "no reason given"
+    """llama.cpp's reason among the error lines it logged (the engine's rule, one owner)."""
+    return first_reason("\n".join(errors))
 
 
 def _tokenize(L: Any, vocab: Any, text: str) -> np.ndarray:

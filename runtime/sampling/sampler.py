@@ -19,6 +19,11 @@ full row is transformed: about 1.6 ms per token with the native kernel, 10.7 ms 
 
 `distribution(logits, history)` returns the full final distribution p: the speculative
 verifier compares it with the draft's q (DESIGN.md, "Speculative decoding").
+
+Broken logits (NaN, +inf: a model with a RoPE base of 0, bad norms) are `InvalidLogits`,
+found for free: the row's maximum (or argmax's pick, when greedy) is NaN exactly when any
+element is — numpy's max and argmax propagate NaN — so the check reads one number the
+sampling needs anyway, where `isnan(row).any()` made a second pass and a temporary per token.
 """
 
 from __future__ import annotations
@@ -28,12 +33,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from runtime.errors import InvalidLogits
 from runtime.events import SamplingParams
 from runtime.sampling import kernels, native
 
 # Logits this far below the maximum rarely matter, so top-k looks there first (and falls
 # back to the whole row when fewer than k tokens are that close). Exact either way.
 _NEAR = 12.0
+INVALID_LOGITS = "the model produced invalid numbers (NaN)"
+
+
+def _check_top(value: float) -> None:
+    """`value` is the row's maximum: NaN there means NaN somewhere; +inf cannot be sampled."""
+    if math.isnan(value) or value == math.inf:
+        raise InvalidLogits(INVALID_LOGITS)
 
 
 class Sampler:
@@ -58,21 +71,22 @@ class Sampler:
             frequency_penalty=p.frequency_penalty, presence_penalty=p.presence_penalty,
             last_n=p.penalty_last_n)
 
-    def _candidates(self, x: np.ndarray) -> np.ndarray | None:
-        """Ids (ascending) that can survive top-k / min-p, or None for the whole row."""
+    def _candidates(self, x: np.ndarray, top: float) -> np.ndarray | None:
+        """Ids (ascending) that can survive top-k / min-p, or None for the whole row. `top`
+        is the row's maximum."""
         p = self.params
         n = x.size
         if 0 < p.top_k < n:
             # The k-th largest value: every token at or above it (ties included) may be kept.
             # Partitioning only the logits near the maximum is ~4x cheaper than all 49k.
-            near = np.flatnonzero(x >= x.max() - _NEAR)
+            near = np.flatnonzero(x >= top - _NEAR)
             pool = x[near] if near.size >= p.top_k else x
             bound = float(np.partition(pool, pool.size - p.top_k)[pool.size - p.top_k])
             return np.flatnonzero(x >= bound)
         if p.min_p > 0.0 and p.top_p >= 1.0:
             # probs >= min_p * max  <=>  logit >= max + log(min_p) (same softmax, T=1). Only
             # without top-p: top-p normalises over everything top-k kept, filtered or not.
-            bound = float(x.max()) + math.log(p.min_p) - 1e-6
+            bound = top + math.log(p.min_p) - 1e-6
             return np.flatnonzero(x >= bound)
         return None
 
@@ -80,13 +94,13 @@ class Sampler:
         """(candidate ids or None, their final probabilities)."""
         p = self.params
         x = self.penalise(logits, history)
-        if np.isnan(x).any():
-            # Let the kernel raise its one-line error on the full row.
-            kernels.transform(x, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p,
-                              min_p=p.min_p)
-        ids = self._candidates(x) if not p.greedy else None
+        top = float(x.max()) if x.size else 0.0
+        _check_top(top)
+        ids = self._candidates(x, top) if not p.greedy else None
         row = x[ids] if ids is not None else x
-        top_k = p.top_k if ids is None or p.top_k < ids.size else 0
+        # top_k at or over the row's size keeps everything: 0 (off) for the kernel, whose
+        # argument is a C int (a top_k of 2**64 used to overflow it).
+        top_k = p.top_k if p.top_k < row.size and (ids is None or p.top_k < ids.size) else 0
         probs = native.transform(row, temperature=p.temperature, top_k=top_k,
                                  top_p=p.top_p, min_p=p.min_p)
         return ids, probs
@@ -103,9 +117,10 @@ class Sampler:
     def sample(self, logits_row: np.ndarray, history: Sequence[int]) -> int:
         """The next token: argmax when greedy, else an inverse-CDF draw from p."""
         if self.params.greedy:
-            if not self.penalised:
-                return int(np.argmax(logits_row))
-            return int(np.argmax(self.penalise(logits_row, history)))
+            x = self.penalise(logits_row, history)
+            best = int(np.argmax(x))
+            _check_top(float(x[best]))
+            return best
         ids, probs = self._reduced(logits_row, history)
         k = native.sample(probs, self.uniform())
         return int(ids[k]) if ids is not None else k

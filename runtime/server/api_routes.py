@@ -3,6 +3,13 @@
 `POST /api/load` answers a stream: `plan`, `progress` (0..1) events, then `loaded` or `error`.
 The load runs in its own thread and holds the server's exclusive lock until llama.cpp is done,
 even when the client leaves early, so two loads never overlap.
+
+A file that cannot load is a plain 4xx, never a 200 stream that ends in `error`: the route runs
+the preflight and asks the verdict store (a known llama.cpp crash) before it starts, then holds
+the response until the load is past its own checks — the engine's probe child and llama.cpp's
+refusals, which come before its first progress report — and answers an error there as a
+status too. Only what fails later (rare: a context that cannot be allocated) arrives as an
+SSE `error` event.
 """
 
 from __future__ import annotations
@@ -21,7 +28,10 @@ from fastapi import APIRouter, Body
 from pydantic import TypeAdapter, ValidationError
 
 from runtime.engine.api import LoadedModel
-from runtime.errors import ModelNotFound, OutriderError, SettingsError
+from runtime.errors import ModelNotFound, OutriderError, SettingsError, shown
+from runtime.gguf.preflight import check_gguf
+from runtime.gguf.verdicts import VerdictStore
+from runtime.server.error_responses import response_for_event
 from runtime.server.jsonable import to_jsonable
 from runtime.server.metrics import metrics_snapshot, plan_for
 from runtime.server.sse import sse_event, sse_response
@@ -75,14 +85,19 @@ def api_router(state: ServerState) -> APIRouter:
             settings = dataclasses.replace(settings, draft=draft)
         for path in (settings.model_path, settings.draft.model_path):
             if path is not None and not path.is_file():  # inside the library: may look
-                raise ModelNotFound(f"no model file at {path}")
+                raise ModelNotFound(f"no model file at {shown(path)}")
+        await anyio.to_thread.run_sync(_refuse_bad_files, settings)
         state.begin_exclusive("load")
         try:
-            stream = _load_stream(state, settings)
+            events = _load_events(state, settings)
         except BaseException:
             state.end_exclusive()
             raise
-        return sse_response(stream)
+        head = await _until_started(events)
+        name, data = head[-1]
+        if name == "error":
+            return response_for_event(data["kind"], data["message"])
+        return sse_response(_encoded(head, events))
 
     @router.post("/unload")
     def unload() -> dict[str, bool]:
@@ -125,9 +140,39 @@ def api_router(state: ServerState) -> APIRouter:
     return router
 
 
-def _load_stream(state: ServerState, settings: LoadSettings) -> AsyncIterator[bytes]:
-    """Start the load thread now; the returned iterator reports on it. The thread releases
-    the exclusive lock when llama.cpp is done, whatever the client does."""
+def _refuse_bad_files(settings: LoadSettings) -> None:
+    """The preflight's typed error (400 `invalid_model_file`), or `LoadCrashed` for a file
+    llama.cpp is known to crash on. The model only: a bad draft model turns drafting off
+    (the loaded model's `draft_refused` says why), it does not refuse the load."""
+    check_gguf(settings.model_path)
+    VerdictStore().refuse_known_crash(settings.model_path)
+
+
+async def _until_started(events: AsyncIterator[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The events up to and including the first one past the plan: the first progress
+    report, or the outcome."""
+    head: list[tuple[str, Any]] = []
+    async for name, data in events:
+        head.append((name, data))
+        if name != "plan":
+            break
+    return head
+
+
+async def _encoded(head: list[tuple[str, Any]],
+                   rest: AsyncIterator[tuple[str, Any]]) -> AsyncIterator[bytes]:
+    for name, data in head:
+        yield sse_event(name, data)
+    if head[-1][0] in ("loaded", "error"):
+        return
+    async for name, data in rest:
+        yield sse_event(name, data)
+
+
+def _load_events(state: ServerState, settings: LoadSettings) -> AsyncIterator[tuple[str, Any]]:
+    """Start the load thread now; the returned iterator reports on it, (name, data) per
+    event, ending with `loaded` or `error`. The thread releases the exclusive lock when
+    llama.cpp is done, whatever the client does."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
@@ -159,10 +204,10 @@ def _load_stream(state: ServerState, settings: LoadSettings) -> AsyncIterator[by
 
     threading.Thread(target=run, name="outrider-load", daemon=True).start()
 
-    async def events() -> AsyncIterator[bytes]:
+    async def events() -> AsyncIterator[tuple[str, Any]]:
         while True:
             name, data = await queue.get()
-            yield sse_event(name, data)
+            yield name, data
             if name in ("loaded", "error"):
                 return
 

@@ -5,14 +5,17 @@
                      limits=ServerLimits())
     uvicorn.run(app, host="127.0.0.1", port=1234)
 
-Every error leaves in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`):
-validation failures are 400 (not FastAPI's 422), `OutriderError`s get the status
+Every error leaves in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`),
+always with a `code`: validation failures are 400 (not FastAPI's 422), a body that cannot be
+read as JSON a 400 saying why (`unreadable_body`), `OutriderError`s get the status
 `error_responses.status_for` assigns, and anything unexpected a 500 that names it.
+`/openapi.json` says so too (`runtime.server.openapi_doc`).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,7 @@ from runtime.server.middleware import (
     JsonBodyMiddleware,
 )
 from runtime.server.openai_routes import openai_router
+from runtime.server.openapi_doc import install_openapi
 from runtime.server.state import ServerLimits, ServerState
 
 log = logging.getLogger(__name__)
@@ -46,22 +50,43 @@ def _is_union_tag(part: Any) -> bool:
                                       or "[" in part or part.startswith("function-"))
 
 
-def validation_message(errors: Sequence[Any]) -> tuple[str, str | None]:
-    """A one-line message and the offending parameter from pydantic's error list.
+# The `code`s of HTTP errors Starlette raises itself (routing) rather than a route.
+_HTTP_CODES = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}
+
+
+def unreadable_body(cause: BaseException) -> tuple[str, str]:
+    """Message and `code` for a body `json.loads` could not read (FastAPI turns these into a
+    bare 400 "There was an error parsing the body", the error as its `__cause__`).
+
+    >>> unreadable_body(RecursionError("maximum recursion depth exceeded"))
+    ('the request body nests arrays or objects too deeply', 'nesting_too_deep')
+    """
+    if isinstance(cause, UnicodeDecodeError):  # before ValueError: it is one
+        return "the request body is not UTF-8 text", "invalid_encoding"
+    if isinstance(cause, RecursionError):
+        return "the request body nests arrays or objects too deeply", "nesting_too_deep"
+    if isinstance(cause, ValueError) and "digits" in str(cause):  # int_max_str_digits
+        return (f"a number in the request body has more than {sys.get_int_max_str_digits()} "
+                "digits", "number_too_large")
+    return "the request body is not valid JSON", "invalid_json"
+
+
+def validation_message(errors: Sequence[Any]) -> tuple[str, str | None, str]:
+    """A one-line message, the offending parameter and the `code`, from pydantic's errors.
 
     >>> validation_message([{"type": "int_type", "loc": ("body", "max_tokens"),
     ...                      "msg": "Input should be a valid integer"}])
-    ('max_tokens: Input should be a valid integer', 'max_tokens')
+    ('max_tokens: Input should be a valid integer', 'max_tokens', 'invalid_value')
     """
     if not errors:
-        return "invalid request", None
+        return "invalid request", None, "invalid_value"
     first = errors[0]
     if first.get("type") == "json_invalid":
-        return "the request body is not valid JSON", None
+        return "the request body is not valid JSON", None, "invalid_json"
     if len(first.get("loc", ())) <= 1:
         if first.get("type") == "missing":
-            return "the request body is missing", None
-        return "the request body must be a JSON object", None
+            return "the request body is missing", None, "invalid_json"
+        return "the request body must be a JSON object", None, "invalid_value"
     # A union field fails once per member ("str", "list[int]", ...): the deepest failure is
     # the one that says what is wrong.
     top = first.get("loc", ())[:2]
@@ -70,7 +95,7 @@ def validation_message(errors: Sequence[Any]) -> tuple[str, str | None]:
     parts = [str(p) for p in first.get("loc", ()) if p != "body" and not _is_union_tag(p)]
     where = ".".join(parts)
     message = f"{where}: {first.get('msg', 'invalid value')}" if where else str(first.get("msg"))
-    return message, where or None
+    return message, where or None, "invalid_value"
 
 
 def create_app(engine: EngineAPI, *, api_key: str | None, models_dir: Path,
@@ -95,8 +120,8 @@ def create_app(engine: EngineAPI, *, api_key: str | None, models_dir: Path,
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        message, param = validation_message(exc.errors())
-        return error_response(400, message, code="invalid_value", param=param)
+        message, param, code = validation_message(exc.errors())
+        return error_response(400, message, code=code, param=param)
 
     @app.exception_handler(OutriderError)
     async def on_outrider_error(request: Request, exc: OutriderError) -> JSONResponse:
@@ -104,8 +129,11 @@ def create_app(engine: EngineAPI, *, api_key: str | None, models_dir: Path,
 
     @app.exception_handler(HTTPException)
     async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        return error_response(exc.status_code, str(exc.detail), code=code,
+        message = str(exc.detail)
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        if exc.status_code == 400 and exc.__cause__ is not None:
+            message, code = unreadable_body(exc.__cause__)
+        return error_response(exc.status_code, message, code=code,
                               headers=dict(exc.headers or {}))
 
     @app.exception_handler(Exception)
@@ -124,4 +152,5 @@ def create_app(engine: EngineAPI, *, api_key: str | None, models_dir: Path,
         app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins),
                            allow_methods=["GET", "POST", "OPTIONS"],
                            allow_headers=["Authorization", "Content-Type"])
+    install_openapi(app, limits=limits, api_key=bool(api_key))
     return app

@@ -7,13 +7,17 @@
     (400, 'context_length_exceeded')
 
 The engine reports a request's failure as an `ErrorEvent` carrying the exception's class
-name; `status_for_kind` maps that name back through the same table.
+name; `status_for_kind` maps that name back through the same table. Every error has a `code`
+(a 4xx never says `null`), and its message is one line: characters that are not printable
+(a newline in a file name, an ANSI escape in llama.cpp's log) are escaped (`errors.shown`).
+`ErrorBody` is that shape as a schema, for `/openapi.json`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import BaseModel
 from starlette.responses import JSONResponse
 
 from runtime import errors
@@ -48,13 +52,27 @@ def status_for_kind(kind: str) -> tuple[int, str]:
     return 500, "internal_error"
 
 
-def error_body(message: str, *, code: str | None = None, status: int = 400,
+class ErrorDetail(BaseModel):
+    message: str
+    type: Literal["invalid_request_error", "server_error"]
+    param: str | None
+    code: str
+
+
+class ErrorBody(BaseModel):
+    """What every error response holds (OpenAI's shape)."""
+
+    error: ErrorDetail
+
+
+def error_body(message: str, *, code: str, status: int = 400,
                param: str | None = None) -> dict[str, Any]:
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return {"error": {"message": errors.shown(message), "type": kind, "param": param,
+                      "code": code}}
 
 
-def error_response(status: int, message: str, *, code: str | None = None,
+def error_response(status: int, message: str, *, code: str,
                    param: str | None = None,
                    headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(error_body(message, code=code, status=status, param=param),

@@ -21,22 +21,42 @@ OPEN_PATHS = frozenset({"/health"})
 
 
 def host_is_loopback(host_header: str) -> bool:
-    """Whether a Host header names this machine's loopback ("localhost:8080", "[::1]:80").
+    """Whether a Host header names this machine's loopback: `localhost`, `127.x.x.x` or
+    `[::1]`, each with an optional `:port`.
 
-    >>> host_is_loopback("127.0.0.1:1234"), host_is_loopback("evil.example:1234")
-    (True, False)
+    >>> host_is_loopback("127.0.0.1:1234"), host_is_loopback("[::1]:80")
+    (True, True)
+    >>> host_is_loopback("evil.example:1234"), host_is_loopback("[::1].evil.example")
+    (False, False)
+
+    The header is parsed whole (RFC 3986's `host [":" port]`): after `]` only `:port` may
+    follow, an IPv6 address must be in brackets, a port is digits. Anything else is not
+    loopback, so no hostile name that merely starts like one gets through.
     """
     host = host_header.strip().lower()
     if host.startswith("["):
-        host = host[1:host.find("]")] if "]" in host else host
-    elif host.count(":") == 1:
-        host = host.split(":", 1)[0]
-    if host == "localhost":
-        return True
+        address, bracket, rest = host[1:].partition("]")
+        if not bracket or not _is_port_suffix(rest):
+            return False
+        return _is_loopback_ip(address, version=6)
+    name, colon, port = host.partition(":")
+    if colon and not _is_port_suffix(colon + port):
+        return False
+    return name == "localhost" or _is_loopback_ip(name, version=4)
+
+
+def _is_port_suffix(text: str) -> bool:
+    """Nothing, or `:` and a port number."""
+    return text == "" or (text.startswith(":") and text[1:].isascii()
+                          and text[1:].isdigit() and len(text) <= 6)
+
+
+def _is_loopback_ip(text: str, *, version: int) -> bool:
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(text)
     except ValueError:
         return False
+    return address.version == version and address.is_loopback
 
 
 class BrowserGuardMiddleware:

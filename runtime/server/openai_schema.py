@@ -1,8 +1,12 @@
 """Request bodies of the OpenAI-compatible routes, and their translation to the engine's request.
 
 Like OpenAI's API, unknown fields are ignored; unlike a lax parser, wrong *types* are refused
-(`"max_tokens": "10"` is a 400, not 10). Values are checked where the engine defines them
-(`SamplingParams`), plus the server's own caps (`ServerLimits`).
+(`"max_tokens": "10"` is a 400, not 10). Every number is range-checked here, at the edge, so
+the 400 names the parameter (`param`) — int32 limits for whatever reaches llama.cpp
+(`"top_k": 2**64` used to fail the batched step of every stream); the engine's
+`SamplingParams` checks them again for the CLI and the app; then the server's own caps
+(`ServerLimits`). Text with a lone surrogate (`"\\ud800"`, valid JSON but not Unicode text)
+is refused too: it has no UTF-8 encoding for the tokenizer.
 
     >>> body = ChatCompletionRequest.model_validate(
     ...     {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "stop": "\\n"})
@@ -12,12 +16,19 @@ Like OpenAI's API, unknown fields are ignored; unlike a lax parser, wrong *types
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.exceptions import RequestValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from runtime.errors import SettingsError
-from runtime.events import ChatMessage, GenerationRequest, SamplingParams
+from runtime.events import (
+    INT32_MAX,
+    MAX_SAMPLES,
+    ChatMessage,
+    GenerationRequest,
+    SamplingParams,
+)
 from runtime.server.state import ServerLimits
 
 _STRICT = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
@@ -25,16 +36,35 @@ _STRICT = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
+def _unicode_text(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start]
+        raise ValueError(f"the text holds a lone surrogate ({bad!a}), which is not valid "
+                         "Unicode; send the character it stands for") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_unicode_text)]
+Count = Annotated[int, Field(ge=1, le=INT32_MAX)]  # max_tokens and friends
+
+
+def _refuse(param: str, message: str) -> NoReturn:
+    """A 400 that names the parameter, like pydantic's own (`runtime.server.app`)."""
+    raise RequestValidationError([{"type": "value_error", "loc": ("body", param), "msg": message}])
+
+
 class TextPart(BaseModel):
     model_config = _STRICT
     type: str
-    text: str | None = None
+    text: Text | None = None
 
 
 class ChatMessageIn(BaseModel):
     model_config = _STRICT
     role: Role
-    content: str | list[TextPart] | None = None
+    content: Text | list[TextPart] | None = None
 
     def to_message(self) -> ChatMessage:
         if isinstance(self.content, list):
@@ -63,18 +93,18 @@ class _GenerationBody(BaseModel):
     model: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    n: int = 1
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    repeat_penalty: float | None = None  # llama.cpp's multiplicative penalty
-    repeat_last_n: int | None = None
+    max_tokens: Count | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=100.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    top_k: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None  # ≥ the vocabulary: off
+    min_p: Annotated[float, Field(ge=0.0, lt=1.0)] | None = None
+    seed: Annotated[int, Field(ge=-1, lt=2**63)] | None = None
+    stop: Text | list[Text] | None = None
+    n: Annotated[int, Field(ge=1, le=INT32_MAX)] = 1  # ServerLimits.max_n, ≤ MAX_SAMPLES
+    frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
+    presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
+    repeat_penalty: Annotated[float, Field(gt=0.0, le=100.0)] | None = None  # llama.cpp's, multiplicative
+    repeat_last_n: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
     truncate_middle: bool = False  # Outrider: drop older turns instead of failing on overflow
 
     @property
@@ -85,17 +115,16 @@ class _GenerationBody(BaseModel):
         if max_tokens is None:
             max_tokens = min(limits.default_max_tokens, n_ctx)
         elif max_tokens > limits.max_tokens:
-            raise SettingsError(
-                f"max_tokens {max_tokens} is over this server's limit of {limits.max_tokens}")
+            _refuse("max_tokens",
+                    f"max_tokens {max_tokens} is over this server's limit of {limits.max_tokens}")
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         if len(stops) > limits.max_stop:
-            raise SettingsError(f"at most {limits.max_stop} stop strings, not {len(stops)}")
+            _refuse("stop", f"at most {limits.max_stop} stop strings, not {len(stops)}")
         if any(stop == "" for stop in stops):
-            raise SettingsError("stop strings must not be empty")
-        if not 1 <= self.n <= limits.max_n:
-            raise SettingsError(f"n must be between 1 and {limits.max_n}, not {self.n}")
-        if self.seed is not None and not -1 <= self.seed < 2**63:
-            raise SettingsError(f"seed must be a 64-bit integer, not {self.seed}")
+            _refuse("stop", "stop strings must not be empty")
+        max_n = min(limits.max_n, MAX_SAMPLES)
+        if not 1 <= self.n <= max_n:
+            _refuse("n", f"n must be between 1 and {max_n}, not {self.n}")
         defaults = SamplingParams()
         pick = _pick
         return SamplingParams(
@@ -127,7 +156,7 @@ def _penalty(name: str, value: float | None) -> float:
 
 class ChatCompletionRequest(_GenerationBody):
     messages: Annotated[list[ChatMessageIn], Field(min_length=1)]
-    max_completion_tokens: int | None = None
+    max_completion_tokens: Count | None = None
     logprobs: bool | None = None
     tools: list[Any] | None = None
     response_format: dict[str, Any] | None = None
@@ -150,7 +179,7 @@ TokenIds = list[int]
 
 
 class CompletionRequest(_GenerationBody):
-    prompt: str | TokenIds | list[str] | list[TokenIds]
+    prompt: Text | TokenIds | list[Text] | list[TokenIds]
     echo: bool = False
     suffix: str | None = None
     logprobs: int | None = None
@@ -179,8 +208,8 @@ class CompletionRequest(_GenerationBody):
                 raise SettingsError("the prompt is an empty list of token ids")
             bad = [token for token in ids if not 0 <= token < n_vocab]
             if bad:
-                raise SettingsError(
-                    f"token id {bad[0]} is outside the model's vocabulary (0..{n_vocab - 1})")
+                _refuse("prompt",
+                        f"token id {bad[0]} is outside the model's vocabulary (0..{n_vocab - 1})")
             engine_prompt = tuple(ids)
         return GenerationRequest(prompt=engine_prompt,
                                  sampling=self._sampling(limits, n_ctx, self.max_tokens),

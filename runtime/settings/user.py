@@ -106,7 +106,7 @@ class HubSettings:
 
 @dataclass(frozen=True)
 class ServerSettings:
-    port: int = 8080
+    port: int = 1234  # the local API's port (LM Studio's default, what other tools expect)
     allow_network: bool = False  # listen on every interface instead of 127.0.0.1 only
 
     def __post_init__(self) -> None:
@@ -153,6 +153,7 @@ class AppSettings:
     hf_token: Secret | None = None
     server_api_key: Secret | None = None
     models: Mapping[str, ModelPrefs] = field(default_factory=dict)  # str(path) → prefs
+    highlight_drafts: bool = False  # the chat's "Draft tokens" toggle: tint accepted drafts
 
     def __post_init__(self) -> None:
         if self.theme not in THEMES:
@@ -199,6 +200,7 @@ def settings_to_toml(settings: AppSettings) -> dict[str, Any]:
     if settings.models_dir is not None:
         out["models_dir"] = str(settings.models_dir)
     out["theme"] = settings.theme
+    out["highlight_drafts"] = settings.highlight_drafts
     for name in ("hub", "server", "fit"):
         out[name] = _plain(dataclasses.asdict(getattr(settings, name)))
     models: dict[str, Any] = {}

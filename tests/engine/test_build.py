@@ -12,6 +12,7 @@ from runtime.cli.main import main
 from runtime.engine import build, loader
 from runtime.engine.build import auto_gpu_layers, build_engine
 from runtime.engine.engine import Engine
+from runtime.engine.probe import LoadProbe
 from runtime.errors import OutriderError
 from runtime.gguf.info import read_model_info
 from runtime.planner import devices
@@ -99,6 +100,7 @@ def test_the_factory_wires_drafting_and_the_planner() -> None:
     assert isinstance(engine, Engine)
     assert isinstance(engine._speculation, Speculation)
     assert engine._plan_gpu_layers is auto_gpu_layers
+    assert isinstance(engine._probe, LoadProbe)
     assert build_engine() is not engine  # a new engine each time: no shared state
 
 

@@ -81,3 +81,46 @@ def test_the_sandbox_refuses_unsafe_access() -> None:
     t = ChatTemplate.from_model("{{ messages.__class__.__mro__ }}", bos_token="", eos_token="")
     with pytest.raises(ChatTemplateError):
         t.render([ChatMessage("user", "x")])
+
+
+# ---- bounded rendering (issue 15): a template is code from a model file -----------------------
+
+BOUNDED = {"time_limit_s": 0.3, "max_chars": 100_000}
+
+
+@pytest.mark.parametrize(("template", "words"), [
+    ("{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}",
+     "longer than 0.3 s"),
+    ("{% for i in range(99999) %}{% for j in range(99999) %}x{% endfor %}{% endfor %}",
+     "stopped"),
+    ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "nested calls"),
+    ("{{ 'x' * 1000000000 }}", "over 100,000 items"),
+    ("{{ messages[0]['content'] | center(1000000000) }}", "number over 100,000"),
+    ("{% set ns = namespace(s='xx') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+     "{% endfor %}{{ ns.s }}", "stopped"),
+    ("{{ range(10**9) | list }}", "OverflowError"),
+    ("{{ messages.nope.deeper }}", "has no attribute"),
+    ("{{ raise_exception('two\\nlines') }}", "two lines"),
+])
+def test_a_hostile_template_ends_in_one_line_error(template: str, words: str) -> None:
+    t = ChatTemplate(template, "model", "", "", **BOUNDED)  # type: ignore[arg-type]
+    with pytest.raises(ChatTemplateError, match="chat template") as caught:
+        t.render(CHAT)
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_constant_filter_bomb_is_refused_at_compile_time_too() -> None:
+    """jinja folds constant filter calls while compiling, i.e. at model load."""
+    t = ChatTemplate.from_model("{{ 'x' | center(1000000000) }}", bos_token="", eos_token="")
+    with pytest.raises(ChatTemplateError, match="number over"):
+        t.render(CHAT)
+
+
+def test_bounds_leave_a_normal_render_alone_on_any_thread() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    t = ChatTemplate.from_model(LLAMA3_LIKE, bos_token="<s>", eos_token="")
+    long_chat = [ChatMessage("user", f"message {i}") for i in range(2_000)]
+    with ThreadPoolExecutor(2) as pool:
+        outs = list(pool.map(lambda _: t.render(long_chat), range(4)))
+    assert len(set(outs)) == 1 and outs[0].count("<|eot_id|>") == 2_000

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime.errors import SettingsError
+from runtime.errors import InvalidLogits
 from runtime.events import SamplingParams
 from runtime.sampling import kernels
 from runtime.sampling.sampler import Sampler
@@ -93,11 +93,22 @@ def test_sampling_follows_the_distribution() -> None:
     np.testing.assert_allclose(counts, [0.5, 0.3, 0.2], atol=0.03)
 
 
-def test_nan_logits_are_a_clear_error() -> None:
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_logits_are_a_clear_error(temperature: float, bad: float) -> None:
     logits = row(0)
-    logits[5] = np.nan
-    with pytest.raises(SettingsError, match="NaN"):
-        Sampler(SamplingParams(), 0).sample(logits, [])
+    logits[5] = bad
+    with pytest.raises(InvalidLogits, match=r"^the model produced invalid numbers \(NaN\)$"):
+        Sampler(SamplingParams(temperature=temperature), 0).sample(logits, [])
+
+
+def test_a_top_k_beyond_the_vocabulary_means_off() -> None:
+    """2**64 used to overflow the native kernel's C int and fail the whole batched step."""
+    logits = row(1)
+    params = SamplingParams(temperature=1.0, top_k=2**31 - 1, top_p=1.0, min_p=0.0)
+    off = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    np.testing.assert_allclose(Sampler(params, 0).distribution(logits, []),
+                               Sampler(off, 0).distribution(logits, []))
 
 
 def test_logits_view_is_not_modified() -> None:

@@ -325,8 +325,9 @@ def test_search_failure_is_said_in_words(qtbot, page: ModelsPage,
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # and this search never ran: nothing cached
     page.discover.search.setText("never searched")
     page.discover.run_search()
-    qtbot.waitUntil(lambda: page.discover.status.text().startswith("Search failed"), timeout=WAIT)
-    assert "offline mode" in page.discover.status.text()
+    notice = page.discover.notice
+    qtbot.waitUntil(lambda: notice.text.text().startswith("Search failed"), timeout=WAIT)
+    assert "offline mode" in notice.text.text() and not notice.isHidden()
 
 
 def test_cancel_retry_remove(qtbot, page: ModelsPage, services: ModelServices,

@@ -19,6 +19,7 @@ from app.engine.client import EngineState
 from app.engine.process import EngineListen
 from app.models.models_page import LIBRARY, ModelsPage
 from app.qt import Qt, QtGui, QtWidgets
+from app.server.page import describe_listen
 from app.settings.settings_page import SettingsPage
 from app.theme import DARK, LIGHT, system_palette
 from app.window import CHAT, MODELS, SERVER, SETTINGS, MainWindow
@@ -217,14 +218,16 @@ def test_server_settings_apply_when_the_engine_restarts(qtbot, fake_window: Main
     window = fake_window
     window.show_page(SERVER)
     page = window.server
-    assert "random port" in page.config_label.text()
+    # 1234 unless another program (another test run) holds it: then the page names it.
+    assert page.config_label.text() in ("Port 1234 on this computer only, no API key needed.",
+                                        describe_listen(EngineListen(), port_taken=1234))
     assert not page.pending_label.isVisible()
     before = window.client.address
     port = free_port()
     window.settings.update(dataclasses.replace(
         window.settings.settings, server=ServerSettings(port=port),
         server_api_key=Secret("sk-test-key")))
-    assert page.config_label.text() == f"Port {port} with your API key, this computer only."
+    assert page.config_label.text() == f"Port {port} on this computer only, with your API key."
     assert page.pending_label.isVisible()
     assert window.client.address == before  # nothing changes until the restart
 
@@ -241,6 +244,6 @@ def test_server_settings_apply_when_the_engine_restarts(qtbot, fake_window: Main
     window.settings.update(dataclasses.replace(
         window.settings.settings, server=ServerSettings(port=port, allow_network=True),
         server_api_key=None))
-    assert window.client.process.listen == EngineListen()
+    assert window.client.process.listen == EngineListen(port=port)
     assert "needs an API key" in page.config_label.text()
     assert page.pending_label.isVisible()

@@ -19,9 +19,17 @@ RevisionNotFound, EntryNotFound, GatedRepo (401 unless `Authorization: Bearer <t
 
 Faults, per file (`set_fault`): HTTP 500 for the first N requests, the connection dropped when
 the file reaches byte N, a stall at byte N (until `release_stalls()` or a timeout), bytes that
-do not match the advertised hash. `update_file` makes a new commit (a revision change). `stats()` counts
+do not match the advertised hash, and a body longer than the file (`extra` bytes past its end,
+framed three ways, below). `update_file` makes a new commit (a revision change). `stats()` counts
 requests and body bytes actually written per file, so a test can assert that a resumed
 download never received a byte twice.
+
+A longer body is generated as it is sent, so a test can promise 2 GiB and send only what the
+client reads before it hangs up (`stats().bytes_sent` says how much that was):
+
+    Fault(extra=50 << 20)                          Content-Length: size + 50 MiB, all sent
+    Fault(extra=2 << 30, extra_framing="close")    no Content-Length: sent until the client closes
+    Fault(extra=4096, extra_framing="after-length")  Content-Length: size, then 4 KiB more anyway
 
     >>> with FakeHub() as hub:
     ...     hub.add_repo("tiny/Tiny-GGUF", {"tiny-F32.gguf": path})
@@ -39,7 +47,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 CHUNK = 1 << 20
@@ -58,6 +66,13 @@ class Fault:
     stall_times: int = 1  # ... on this many GETs ...
     stall_seconds: float = 30.0  # ... until release_stalls() or this long, then drop
     corrupt: bool = False  # serve bytes that differ from the advertised sha256
+    # A body that runs past the file's end by this many bytes (zeros), on every GET that
+    # reaches the end; the advertised size (X-Linked-Size, the listing) stays the file's.
+    extra: int = 0
+    # How the longer body is framed: "length" declares it in Content-Length; "close" sends no
+    # length and ends the body by closing the connection; "after-length" declares the file's
+    # length and sends the extra bytes after it on the connection all the same.
+    extra_framing: Literal["length", "close", "after-length"] = "length"
 
 
 @dataclass
@@ -245,14 +260,13 @@ class FakeHub:
                 return True
         return False
 
-    def _body_plan(self, key: tuple[str, str], start: int,
-                   end: int) -> tuple[int | None, int | None, float, bool]:
-        """(drop, stall, stall_seconds, corrupt) for a GET of bytes start..end: drop and stall
+    def _body_plan(self, key: tuple[str, str], start: int, end: int, size: int) -> _Plan:
+        """What goes wrong in a GET of bytes start..end of a `size`-byte file: drop and stall
         as counts of body bytes into this response. Uses a fault's count up when it fires."""
         with self._lock:
             fault = self._faults.get(key)
             if fault is None:
-                return None, None, 0.0, False
+                return _Plan()
             drop = stall = None
             if fault.drop_at is not None and fault.drop_times > 0 and start <= fault.drop_at < end:
                 fault.drop_times -= 1
@@ -260,7 +274,9 @@ class FakeHub:
             if fault.stall_at is not None and fault.stall_times > 0 and start <= fault.stall_at < end:
                 fault.stall_times -= 1
                 stall = fault.stall_at - start
-            return drop, stall, fault.stall_seconds, fault.corrupt
+            extra = fault.extra if end == size else 0
+            return _Plan(drop, stall, fault.stall_seconds, fault.corrupt, extra,
+                         fault.extra_framing)
 
     def _count(self, key: tuple[str, str], *, head: bool = False, range_: str | None = None,
                auth: bool = False, body: bool = False) -> None:
@@ -285,6 +301,18 @@ class FakeHub:
                         if blob.sha256 == sha:
                             return blob
         return None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One GET's faults (`FakeHub._body_plan`)."""
+
+    drop: int | None = None
+    stall: int | None = None
+    stall_seconds: float = 0.0
+    corrupt: bool = False
+    extra: int = 0
+    framing: str = "length"
 
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
@@ -469,15 +497,21 @@ class _Handler(BaseHTTPRequestHandler):
                                        {"Content-Range": f"bytes */{blob.size}"})
                 status = 206
                 headers = {**headers, "Content-Range": f"bytes {start}-{end - 1}/{blob.size}"}
+        plan = _Plan() if self.command == "HEAD" else self.fake._body_plan(key, start, end,
+                                                                            blob.size)
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
         self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(end - start))
+        if plan.extra and plan.framing == "close":
+            self.send_header("Connection", "close")
+        else:
+            declared = end - start + (plan.extra if plan.framing == "length" else 0)
+            self.send_header("Content-Length", str(declared))
         self.end_headers()
         if self.command == "HEAD":
             return
-        drop, stall, stall_seconds, corrupt = self.fake._body_plan(key, start, end)
+        drop, stall, stall_seconds, corrupt = plan.drop, plan.stall, plan.stall_seconds, plan.corrupt
         limit = end - start
         cut = min(x for x in (drop, stall, limit) if x is not None)
         sent = 0
@@ -505,6 +539,25 @@ class _Handler(BaseHTTPRequestHandler):
                 while not self.fake._release.wait(0.05) and time.monotonic() < deadline:
                     pass
             self.close_connection = True  # drop: the client sees a short body
+        elif plan.extra:
+            self._send_extra(key, plan.extra)
+
+    def _send_extra(self, key: tuple[str, str], extra: int) -> None:
+        """`extra` zero bytes past the file's end, made as they go, until the client hangs up
+        (a BrokenPipe the route swallows); then the connection ends, whatever the framing."""
+        zeros = bytes(CHUNK)
+        left = extra
+        self.close_connection = True
+        while left > 0:
+            n = min(CHUNK, left)
+            self.fake._sent(key, n)
+            try:
+                self.wfile.write(zeros[:n])
+                self.wfile.flush()
+            except OSError:
+                self.fake._sent(key, -n)
+                raise
+            left -= n
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ real uvicorn server in a thread on a free port (what the `openai` client talks t
 from __future__ import annotations
 
 import contextlib
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +20,8 @@ from runtime.engine.api import EngineAPI
 from runtime.server import ServerLimits, create_app
 from runtime.server.serve import bind_socket, server_url
 from runtime.settings.load import LoadSettings
+from tests.conftest import tiny_model_path
+from tests.fixtures.tiny_gguf import TARGET
 from tests.server.fake_engine import FakeEngine
 
 API_KEY = "test-key-0123456789"
@@ -60,8 +63,10 @@ class Served:
 
 
 def fake_gguf(path: Path) -> Path:
+    """A model file for the fake engine: a copy of the tiny target, so the checks the server
+    makes before a load (the preflight) pass it as they pass a real model."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"GGUF" + bytes(60))
+    shutil.copyfile(tiny_model_path(TARGET), path)
     return path
 
 

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from runtime.server import ServerLimits
+from runtime.server.middleware import host_is_loopback
 from tests.server.conftest import API_KEY, ServerThread, fake_gguf
 from tests.server.fake_engine import FAIL_MARKER, FakeEngine
 from tests.server.sse_parse import chunks, parse_sse
@@ -193,6 +194,30 @@ def test_malformed_json_and_non_objects_are_400(client: TestClient) -> None:
         assert_error(response, 400)
 
 
+@pytest.mark.parametrize(("content", "code", "words"), [
+    (b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', "invalid_encoding", "UTF-8"),
+    (b'{"max_tokens": ' + b"9" * 5000 + b"}", "number_too_large", "digits"),
+    (b"[" * 10_000 + b"]" * 10_000, "nesting_too_deep", "too deeply"),
+    (b'{"messages": ' + b"[" * 10_000 + b"]" * 10_000 + b"}", "nesting_too_deep", "deeply"),
+    (b"{not json", "invalid_json", "not valid JSON"),
+])
+def test_an_unreadable_body_says_why_with_a_code(client: TestClient, content: bytes, code: str,
+                                                 words: str) -> None:
+    for path in ("/v1/chat/completions", "/v1/completions", "/api/load"):
+        response = client.post(path, content=content)
+        assert words in assert_error(response, 400, code), path
+
+
+def test_every_error_has_a_code(client: TestClient) -> None:
+    """The error shape's `code` is never null, whoever raised the error."""
+    for response in (client.get("/v1/nothing"), client.delete("/v1/models"),
+                     client.post("/v1/completions", content=b"[1]"),
+                     client.post("/api/load", json={"model_path": "missing.gguf"}),
+                     TestClient(client.app).get("/v1/models")):
+        assert response.status_code >= 400
+        assert isinstance(response.json()["error"]["code"], str), response.text
+
+
 def test_unknown_model_is_404(client: TestClient) -> None:
     message = assert_error(client.post("/v1/chat/completions", json={**CHAT, "model": "gpt-9"}),
                            404, "model_not_found")
@@ -274,11 +299,21 @@ def test_load_streams_plan_progress_and_loaded(client: TestClient, models_dir: P
     assert {"kv_cells_used", "kv_cells_total", "active_sequences"} <= set(status)
 
 
-def test_load_failure_is_an_error_event(client: TestClient, models_dir: Path) -> None:
+def test_a_file_that_is_not_a_model_is_400_before_streaming(client: TestClient,
+                                                            models_dir: Path) -> None:
     (models_dir / "broken.gguf").write_bytes(b"not a model")
-    events = parse_sse(client.post("/api/load", json={"model_path": "broken.gguf"}).text)
-    assert events[-1] == ("error", {"kind": "NotAGGUF",
-                                    "message": "broken.gguf is not a GGUF file"})
+    response = client.post("/api/load", json={"model_path": "broken.gguf"})
+    assert "not a GGUF" in assert_error(response, 400, "invalid_model_file")
+
+
+def test_a_file_name_with_control_characters_is_escaped_in_the_error(client: TestClient,
+                                                                     models_dir: Path) -> None:
+    (models_dir / "bad\n\x1b[31m.gguf").write_bytes(b"not a model")
+    response = client.post("/api/load", json={"model_path": "bad\n\x1b[31m.gguf"})
+    message = assert_error(response, 400, "invalid_model_file")
+    assert "bad\\n\\x1b[31m.gguf" in message and message.isprintable()
+    missing = assert_error(client.post("/api/load", json={"model_path": "gone\r.gguf"}), 404)
+    assert "gone\\r.gguf" in missing
 
 
 @pytest.mark.parametrize("path", ["../outside.gguf", "o/../../outside.gguf", "/etc/passwd",
@@ -419,6 +454,23 @@ def test_a_local_server_refuses_foreign_host_names(fake_engine: FakeEngine,
         assert TestClient(app, base_url=base, headers=AUTH).get("/v1/models").status_code == 200
     rebound = TestClient(app, base_url="http://attacker.example:1234", headers=AUTH)
     assert "loopback" in assert_error(rebound.get("/api/status"), 403)
+    lookalike = TestClient(app, headers={**AUTH, "Host": "[::1].evil.example"})
+    assert "loopback" in assert_error(lookalike.get("/api/status"), 403, "origin_not_allowed")
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("127.0.0.1", True), ("127.0.0.1:1234", True), ("127.9.8.7:80", True),
+    ("localhost", True), ("LocalHost:8080", True), ("[::1]", True), ("[::1]:1234", True),
+    (" [::1]:80 ", True),
+    ("[::1].evil.example", False), ("[::1]evil", False), ("[::1]:80.evil.example", False),
+    ("[::1]:", False), ("[::1]:http", False), ("[::1", False), ("::1", False),
+    ("[127.0.0.1]", False), ("127.0.0.1.evil.example", False), ("127.0.0.1:80:80", False),
+    ("127.1", False), ("localhost.evil.example", False), ("evil.example:1234", False),
+    ("localhost:", False), ("localhost:99999999", False), ("localhost:８０", False),
+    ("", False), ("[::2]:80", False), ("10.0.0.1", False),
+])
+def test_host_header_parse(host: str, loopback: bool) -> None:
+    assert host_is_loopback(host) is loopback
 
 
 def test_client_disconnect_cancels_the_request(fake_engine: FakeEngine,

@@ -81,9 +81,10 @@ def test_disconnect_frees_the_slot_and_its_cells(tiny_target: Path, tmp_path: Pa
 
 def test_more_context_than_the_cache_holds_completes_for_everyone(tiny_target: Path,
                                                                   tmp_path: Path) -> None:
-    # 256 cells; one request alone wants 4 × (prompt + 100) of them, two more clients too.
-    # (These prompts run to max_tokens on the tiny model instead of meeting EOS early.)
-    requests = [("Hello there", 4), ("in the end", 1), ("abc", 1)]
+    # 256 cells; one request wants 2 × 100 of them beside its prompt (it fits alone: a
+    # request's max_tokens is cut to what the cache holds for its n samples), two more
+    # clients 100 + prompt each. (These prompts run to max_tokens on the tiny model.)
+    requests = [("Hello there", 2), ("in the end", 1), ("abc", 1)]
     with serving(tiny_target, tmp_path, n_parallel=6, n_ctx=256) as served, \
             ThreadPoolExecutor(3) as pool:
         together = list(pool.map(lambda r: stream_completion(served.url, r[0], 100, n=r[1]),

@@ -91,7 +91,8 @@ def check(response: httpx.Response) -> None:
     assert response.status_code < 500, response.text
     if response.status_code >= 400:
         error = response.json()["error"]
-        assert isinstance(error["message"], str) and error["message"]
+        assert isinstance(error["message"], str) and error["message"].isprintable()
+        assert isinstance(error["code"], str) and error["code"], response.text
 
 
 @pytest.fixture

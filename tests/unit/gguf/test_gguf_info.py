@@ -80,6 +80,13 @@ def test_to_dict_is_json_and_round_trips(tiny_draft: Path) -> None:
     assert ModelInfo.from_dict(data).token_texts() == ()
 
 
+def add_small_vocabulary(w: gguf.GGUFWriter) -> None:
+    """The least tokenizer preflight accepts: a BPE model, two tokens, one merge."""
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(["a", "b"])
+    w.add_token_merges(["a b"])
+
+
 def write_header_model(path: Path, arch: str, *, block_count: int = 12, file_type: int | None = None,
                        dtype: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F16,
                        extra: dict[str, object] | None = None, tensors: int | None = None) -> Path:
@@ -89,6 +96,7 @@ def write_header_model(path: Path, arch: str, *, block_count: int = 12, file_typ
     w.add_embedding_length(64)
     w.add_head_count(4)
     w.add_context_length(4096)
+    add_small_vocabulary(w)
     if file_type is not None:
         w.add_file_type(file_type)
     for key, value in (extra or {}).items():
@@ -178,6 +186,8 @@ def write_split(folder: Path, n_parts: int, block_count: int) -> list[Path]:
             w.add_block_count(block_count)
             w.add_embedding_length(64)
             w.add_head_count(4)
+            w.add_context_length(4096)
+            add_small_vocabulary(w)
         w.add_uint16("split.no", part)
         w.add_uint16("split.count", n_parts)
         w.add_int32("split.tensors.count", block_count)

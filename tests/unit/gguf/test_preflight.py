@@ -6,6 +6,7 @@ Headers are crafted byte by byte (`RawGGUF`) so each test breaks exactly one thi
 from __future__ import annotations
 
 import contextlib
+import re
 import struct
 import tracemalloc
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from runtime.errors import (
     TruncatedModel,
     UnsupportedArchitecture,
 )
+from runtime.gguf.constants import GGML_TYPES
 from runtime.gguf.header import HeaderBeyondFile, HeaderIncomplete, parse_header
 from runtime.gguf.preflight import check_gguf, inspect_gguf
 
@@ -42,6 +44,7 @@ class RawGGUF:
 
     arch: str | None = "llama"
     extra_kv: list[bytes] = field(default_factory=list)
+    block_count: int = 1  # with `arch`, the least llama.cpp needs: layers, widths, a vocabulary
     tensors: list[tuple[str, tuple[int, ...], int]] = field(
         default_factory=lambda: [("token_embd.weight", (8, 4), F32), ("output.weight", (8, 4), F32)])
     version: int = 3
@@ -54,7 +57,14 @@ class RawGGUF:
         out = []
         if self.arch is not None:
             out.append(s("general.architecture") + struct.pack("<I", STRING) + s(self.arch))
-        return out + self.extra_kv
+            for key, value in (("block_count", self.block_count), ("context_length", 64),
+                               ("embedding_length", 8)):
+                out.append(s(f"{self.arch}.{key}") + struct.pack("<II", UINT32, value))
+            out.append(s("tokenizer.ggml.model") + struct.pack("<I", STRING) + s("gpt2"))
+            out.append(s("tokenizer.ggml.tokens") + struct.pack("<IIQ", ARRAY, STRING, 4)
+                       + b"".join(s(t) for t in "abcd"))  # as many as token_embd has rows
+            out.append(s("tokenizer.ggml.merges") + struct.pack("<IIQ", ARRAY, STRING, 1) + s("a b"))
+        return out[:1] + self.extra_kv + out[1:]  # a test's own lies come before the defaults
 
     def build(self) -> bytes:
         kv = self.kv_entries()
@@ -87,7 +97,8 @@ def _nbytes(shape: tuple[int, ...], ggml_type: int) -> int:
     n = 1
     for d in shape:
         n *= d
-    return n * 4 if ggml_type == F32 else n // 32 * 34
+    _, block, block_bytes = GGML_TYPES.get(ggml_type, ("?", 32, 34))  # unknown types: as Q8_0
+    return n // block * block_bytes
 
 
 def test_a_well_formed_crafted_file_passes(tmp_path: Path) -> None:
@@ -230,6 +241,7 @@ def write_split(folder: Path, count: int = 3, skip: tuple[int, ...] = ()) -> lis
     paths = []
     for i in range(count):
         raw = RawGGUF(arch="llama" if i == 0 else None, extra_kv=split_kv(i, count, 2 * count),
+                      block_count=count,
                       tensors=[(f"blk.{i}.a.weight", (8, 4), F32), (f"blk.{i}.b.weight", (8, 4), F32)])
         path = folder / f"model-{i + 1:05d}-of-{count:05d}.gguf"
         if i not in skip:
@@ -267,7 +279,7 @@ def test_split_part_from_another_set(tmp_path: Path) -> None:
 
 def test_split_with_a_missing_tensor_count(tmp_path: Path) -> None:
     paths = write_split(tmp_path, count=2)
-    RawGGUF(arch="llama", extra_kv=split_kv(0, 2, 99),
+    RawGGUF(arch="llama", extra_kv=split_kv(0, 2, 99), block_count=2,
             tensors=[("blk.0.a.weight", (8, 4), F32)]).write(paths[0])
     with pytest.raises(IncompleteSplit, match="hold 3 tensors, the first part says 99"):
         check_gguf(paths[0])
@@ -316,7 +328,77 @@ def test_generated_constants_match_the_vendored_llama_cpp() -> None:
 
 def test_split_architecture_is_checked_from_the_first_part(tmp_path: Path) -> None:
     paths = write_split(tmp_path)
-    RawGGUF(arch="flux-lm", extra_kv=split_kv(0, 3, 6),
+    RawGGUF(arch="flux-lm", extra_kv=split_kv(0, 3, 6), block_count=3,
             tensors=[("blk.0.a.weight", (8, 4), F32), ("blk.0.b.weight", (8, 4), F32)]).write(paths[0])
     with pytest.raises(UnsupportedArchitecture, match="flux-lm"):
         check_gguf(paths[2])
+
+
+def u32(key: str, value: int) -> bytes:
+    return s(key) + struct.pack("<II", UINT32, value)
+
+
+def f32(key: str, value: float) -> bytes:
+    return s(key) + struct.pack("<If", 6, value)  # FLOAT32
+
+
+ATTENTION: list[tuple[str, tuple[int, ...], int]] = [
+    ("token_embd.weight", (8, 4), F32), ("blk.0.attn_q.weight", (8, 8), F32),
+    ("blk.0.attn_k.weight", (8, 8), F32)]
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    (RawGGUF(block_count=0), "llama.block_count 0; llama.cpp runs 1 to 512 layers"),
+    (RawGGUF(block_count=513), "llama.block_count 513"),
+    (RawGGUF(block_count=2, tensors=ATTENTION), "no tensors for layer blk.1"),
+    (RawGGUF(extra_kv=[u32("llama.expert_count", 8)]), "llama.expert_used_count 0"),
+    (RawGGUF(extra_kv=[u32("llama.expert_count", 4), u32("llama.expert_used_count", 2)]),
+     "no expert tensors"),
+    (RawGGUF(extra_kv=[f32("llama.attention.layer_norm_rms_epsilon", float("nan"))]),
+     "layer_norm_rms_epsilon nan; it must be a finite positive number"),
+    (RawGGUF(extra_kv=[f32("llama.rope.freq_base", 0.0)]), "llama.rope.freq_base 0.0"),
+    (RawGGUF(tensors=ATTENTION, extra_kv=[u32("llama.attention.head_count", 2),
+                                          u32("llama.attention.head_count_kv", 3)]),
+     "head_count_kv 3 for layer blk.0, which does not divide"),
+    (RawGGUF(extra_kv=[u32("general.alignment", 16)]), "general.alignment 16, below the 32"),
+    (RawGGUF(tensors=[("token_embd.weight", (8, 4), F32), ("output_norm.weight", (8,), 1)]),
+     "output_norm.weight as F16"),
+    (RawGGUF(tensors=[("token_embd.weight", (8, 4), 26)]), "token_embd.weight as I32"),
+    (RawGGUF(tensors=[("token_embd.weight", (8, 3), F32)]), "4 tokens in tokenizer.ggml.tokens"),
+])
+def test_what_llama_cpp_would_abort_on_is_refused(tmp_path: Path, raw: RawGGUF, message: str) -> None:
+    """A few of tests/fixtures/gguf_mutations.py's cases, one rule each; the corpus has all."""
+    with pytest.raises(CorruptModel, match=re.escape(message)) as caught:
+        check_gguf(raw.write(tmp_path / "bad.gguf"))
+    assert str(caught.value).startswith("bad.gguf ") and "\n" not in str(caught.value)
+
+
+def test_a_file_much_larger_than_its_header_says_is_refused(tmp_path: Path) -> None:
+    path = RawGGUF().write(tmp_path / "sparse.gguf")
+    size = path.stat().st_size
+    with path.open("r+b") as f:
+        f.truncate(size + (1 << 40))  # a sparse 1 TiB tail: nothing is written
+    with pytest.raises(CorruptModel, match=f"but its header accounts for only {size:,}"):
+        check_gguf(path)
+
+
+def test_a_small_tail_is_tolerated(tmp_path: Path) -> None:
+    path = RawGGUF().write(tmp_path / "tail.gguf")
+    with path.open("ab") as f:
+        f.write(b"\0" * 4096)
+    check_gguf(path)
+
+
+def test_header_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(CorruptModel, match=r"^odd\.gguf: the header claims"):
+        check_gguf(RawGGUF(n_tensors=1 << 40).write(tmp_path / "odd.gguf"))
+
+
+def test_a_model_without_a_vocabulary_is_refused(tmp_path: Path) -> None:
+    """llama.cpp loads tokenizer.ggml.model 'none', then aborts on the first tokenize."""
+    raw = RawGGUF()
+    raw.write(tmp_path / "novocab.gguf")
+    data = (tmp_path / "novocab.gguf").read_bytes().replace(s("gpt2"), s("none"))
+    (tmp_path / "novocab.gguf").write_bytes(data)
+    with pytest.raises(CorruptModel, match="has no vocabulary"):
+        check_gguf(tmp_path / "novocab.gguf")
