@@ -47,9 +47,10 @@ test: lint pytest
 bench: $(STAMP) model
 	@cat benchmarks/README.md
 
-# Under Xvfb when it is installed (apt-get install xvfb), so no display is needed.
+# Under Xvfb when it is installed (apt-get install xvfb), else Qt's offscreen platform: no
+# display is needed either way. Every page at 1024x700 and 1920x1080, into docs/screenshots/.
 screenshots: $(STAMP) model
-	$(if $(shell command -v xvfb-run),xvfb-run -a -s "-screen 0 1400x900x24") $(PY) -m app.screenshots docs/screenshots
+	$(if $(shell command -v xvfb-run),xvfb-run -a -s "-screen 0 2000x1200x24",QT_QPA_PLATFORM=offscreen) $(PY) -m app.screenshots docs/screenshots
 
 # The one-folder app for this OS (packaging/README.md): dist/Outrider/, plus a tarball on
 # Linux and a zipped Outrider.app on macOS. The icons are kept in git; redrawn when the SVG changes.

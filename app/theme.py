@@ -11,8 +11,11 @@ colours here rather than scattered through the widgets. The user's choice
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from app.qt import Qt, QtGui, QtWidgets
+from app.qt import Qt, QtCore, QtGui, QtWidgets
+from runtime.atomic_file import write_bytes
+from runtime.paths import user_dirs
 
 
 @dataclass(frozen=True)
@@ -138,11 +141,10 @@ def style_sheet(p: Palette) -> str:
         border: 1px solid {p.border}; border-radius: 6px; padding: 4px 6px; background: {p.surface}; }}
     QLineEdit:focus, QPlainTextEdit:focus, QComboBox:focus {{ border-color: {p.accent}; }}
     QComboBox::drop-down {{ border: none; width: 18px; }}
-    /* A styled combo box draws no arrow of its own: a 5 px triangle out of borders (no image
-       file to ship or to recolour per theme). */
-    QComboBox::down-arrow {{ width: 0; height: 0; border-left: 4px solid transparent;
-                             border-right: 4px solid transparent; border-top: 5px solid {p.muted}; }}
-    QComboBox::down-arrow:disabled {{ border-top-color: {p.border}; }}
+    /* A styled combo box draws no arrow of its own, and a triangle made of borders comes out
+       as a bar in Qt's style sheets: a small drawn image in the theme's colour (down_arrow). */
+    QComboBox::down-arrow {{ image: url("{down_arrow(p.muted)}"); width: 9px; height: 5px; }}
+    QComboBox::down-arrow:disabled {{ image: url("{down_arrow(p.border)}"); }}
     /* Fusion outlines a check box in the window colour darkened, invisible on the dark theme:
        an outline in the muted text colour, and checked filled with the accent. */
     QCheckBox::indicator {{ width: 13px; height: 13px; border: 1px solid {p.muted};
@@ -179,6 +181,36 @@ def style_sheet(p: Palette) -> str:
     QScrollBar::handle:vertical {{ background: {p.border}; border-radius: 4px; min-height: 30px; }}
     QScrollBar::add-line, QScrollBar::sub-line {{ height: 0; width: 0; }}
     """
+
+
+def down_arrow(color: str, folder: Path | None = None) -> str:
+    """A combo box's arrow, a 9×5 px triangle in `color`, as a PNG the style sheet can name:
+    drawn once per colour into the cache folder (Qt style sheets take images only from files
+    or resources, and a shipped file could not follow the theme's colours).
+
+        down_arrow("#6b7280")  ->  '<cache>/theme/down-6b7280.png'
+    """
+    folder = folder or user_dirs().cache / "theme"
+    path = folder / f"down-{color.lstrip('#').lower()}.png"
+    if not path.is_file():
+        scale = 4  # drawn large and scaled down: smooth edges at 1x and 2x screens
+        image = QtGui.QImage(9 * scale, 5 * scale, QtGui.QImage.Format.Format_ARGB32)
+        image.fill(Qt.GlobalColor.transparent)
+        painter = QtGui.QPainter(image)
+        painter.setRenderHint(QtGui.QPainter.RenderHint.Antialiasing)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(QtGui.QColor(color))
+        painter.drawPolygon(QtGui.QPolygonF([QtCore.QPointF(0, 0), QtCore.QPointF(9 * scale, 0),
+                                             QtCore.QPointF(4.5 * scale, 5 * scale)]))
+        painter.end()
+        data = QtCore.QByteArray()
+        buffer = QtCore.QBuffer(data)
+        buffer.open(QtCore.QIODevice.OpenModeFlag.WriteOnly)
+        image.save(buffer, "PNG")  # type: ignore[call-overload]  # the stub wants bytes; PySide6 takes str
+        buffer.close()
+        folder.mkdir(parents=True, exist_ok=True)
+        write_bytes(path, bytes(data.data()))
+    return path.as_posix()
 
 
 def apply_theme(app: QtWidgets.QApplication, palette: Palette) -> None:

@@ -382,6 +382,9 @@ class MainWindow(QtWidgets.QMainWindow):
         elif not narrow and self._panels_folded:
             self._panels_folded = False
             panels.show()
+            # Back at its opening width: a narrow window squeezed it to its minimum (200 px,
+            # values elided), and Qt keeps a dock's width when the window grows.
+            self.resizeDocks([panels], [380], Qt.Orientation.Horizontal)
 
     def _on_panels_visibility(self, visible: bool) -> None:
         if not self._closed and self.isVisible():

@@ -178,6 +178,7 @@ class EngineProcess(QtCore.QObject):
         # False after the Server page's Stop API: the next start serves the chat alone, on a
         # free port with a random key (the API's address is free for other programs).
         self.api_enabled = True
+        self._port = 0  # the port the running start asked for (0: any free one)
         self._timeout = QtCore.QTimer(self, singleShot=True, interval=STARTUP_TIMEOUT_MS)
         self._timeout.timeout.connect(self._on_startup_timeout)
 
@@ -189,18 +190,21 @@ class EngineProcess(QtCore.QObject):
     def pid(self) -> int | None:
         return int(self._process.processId()) if self._process is not None else None
 
-    def start(self) -> None:
+    def start(self, *, port_taken: int | None = None) -> None:
+        """Start the engine on the listening `self.listen` asks for. `port_taken`: that port
+        was found held by another program (here, or as the last start exited); use a free one."""
         if self._process is not None:
             return
         listen = self.listen
         api_key = listen.api_key.reveal() if listen.api_key else ""  # "": no key
-        self.port_taken = None
-        host, port = listen.host, listen.port
+        self.port_taken = port_taken
+        host, port = listen.host, 0 if port_taken else listen.port
         if not self.api_enabled:  # the chat's engine only: no fixed address, a private key
             host, port, api_key = "127.0.0.1", 0, secrets.token_urlsafe(24)
         elif port and not port_is_free(host, port):
             # Another program holds the port: run on a free one and say so (the Server page).
             self.port_taken, port = port, 0
+        self._port = port
         self._expected_exit = False
         self.address = None
         self._stdout = b""
@@ -291,6 +295,12 @@ class EngineProcess(QtCore.QObject):
         process.deleteLater()
         was_ready = self.address is not None
         self.address = None
+        if not was_ready and not self._expected_exit and self._port and exit_code == 2 \
+                and any("already in use" in line for line in self._tail):
+            # Taken between our check and the engine's bind (another program, or an engine of
+            # ours still closing): the same answer as a port found taken, a free one.
+            self.start(port_taken=self._port)
+            return
         if not was_ready and not self._expected_exit:
             last = self._tail[-1] if self._tail else f"exit code {exit_code}"
             self.failed.emit(f"The engine did not start: {last}")

@@ -14,6 +14,8 @@ from app.qt import Qt, QtWidgets
 from app.theme import Palette
 from runtime.events import StepStats
 
+DOCK_MIN_WIDTH = 200
+
 
 class FinishedReply(Protocol):
     """What the dock reads of a finished reply (the chat's `Message`): its footer statistics.
@@ -24,7 +26,9 @@ class FinishedReply(Protocol):
 
 
 class LivePanels(QtWidgets.QDockWidget):
-    """Attributes:
+    """Memory on top; Speculative before Speed while drafting is on (see `_order`).
+
+    Attributes:
         memory, speed, speculative: the three panels.
         snapshots: how many metrics snapshots arrived (for tests and the status bar).
     """
@@ -39,22 +43,25 @@ class LivePanels(QtWidgets.QDockWidget):
         self.speed = SpeedPanel(palette)
         self.speculative = SpeculativePanel(palette)
         inner = QtWidgets.QWidget()
-        layout = QtWidgets.QVBoxLayout(inner)
-        layout.setContentsMargins(8, 4, 8, 8)
-        layout.setSpacing(8)
+        self._stack = QtWidgets.QVBoxLayout(inner)
+        self._stack.setContentsMargins(8, 4, 8, 8)
+        self._stack.setSpacing(8)
         for panel in (self.memory, self.speed, self.speculative):
-            layout.addWidget(panel)
-        layout.addStretch(1)
+            self._stack.addWidget(panel)
+        self._stack.addStretch(1)
         scroll = QtWidgets.QScrollArea()
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
         scroll.setWidget(inner)
         self.setWidget(scroll)
-        # The window opens it at 380 px; it shrinks to 240 (the panels' own minimum is ~190)
-        # so that a 1024 px window keeps the page beside it whole. Narrower, the status bar's
-        # "Live panels" button collapses it.
-        self.setMinimumWidth(240)
+        # The window opens it at 380 px; it shrinks to 200 (the panels' own minimum is ~190)
+        # so that a 1024 px window keeps the widest page beside it whole: 150 px of navigation
+        # + 658 of the Models page (its Library buttons, as the app styles them) + the dock
+        # and its separator. At 240 that window came out 1054 px wide — and Qt bounds a resize
+        # by the minimum before the resize folds the dock. Narrower, the status bar's "Live
+        # panels" button collapses it.
+        self.setMinimumWidth(DOCK_MIN_WIDTH)
         self.snapshots = 0
 
     def on_metrics(self, snapshot: MetricsSnapshot) -> None:
@@ -69,6 +76,16 @@ class LivePanels(QtWidgets.QDockWidget):
 
     def on_model(self, model: ServedModel | None) -> None:
         self.speculative.set_model(model)
+        self._order(drafting=model is not None and bool(model.draft) and not model.draft_refused)
+
+    def _order(self, drafting: bool) -> None:
+        """Speculative right under Memory while a drafter is loaded, else last. Third, its
+        acceptance chart began 580 px down a 658 px dock at 1024×700 (below the fold); second,
+        it shows whole without scrolling. Without a drafter it says only "off", and Speed's
+        plot is the one worth the room."""
+        second = self.speculative if drafting else self.speed
+        if self._stack.indexOf(second) != 1:
+            self._stack.insertWidget(1, second)
 
     def on_step(self, step: StepStats) -> None:
         self.speculative.update_step(step)

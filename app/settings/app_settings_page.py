@@ -3,7 +3,9 @@ parallel downloads, the local server, theme, and what the fit verdicts assume.
 
 Each change is validated at once (`runtime.settings.user`); a refused value is explained in
 one line and the saved settings stay as they were. Secrets are never put back into a widget:
-the token field is empty and says whether a token is saved (`hf_…abcd`).
+the token field is empty and says whether a token is saved (`hf_…abcd`). The API key is the
+exception the user asks for: Show puts the saved key in its field in clear text, and a
+generated key is shown at once — the user has to copy it into a client — until Hide.
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ class AppSettingsPage(QtWidgets.QWidget):
         self.port.setRange(1, 65535)
         self.api_key = QtWidgets.QLineEdit()
         self.api_key.setEchoMode(QtWidgets.QLineEdit.EchoMode.Password)
+        self.show_key = QtWidgets.QPushButton("Show")
+        self.show_key.setCheckable(True)
+        self.show_key.toggled.connect(self._on_show_key)
         generate = QtWidgets.QPushButton("Generate")
         generate.clicked.connect(self._on_generate_key)
         self.allow_network = QtWidgets.QCheckBox(
@@ -99,7 +104,7 @@ class AppSettingsPage(QtWidgets.QWidget):
         library.addRow("Parallel downloads", self.parallel)
         server = QtWidgets.QFormLayout()
         server.addRow("Port", self.port)
-        server.addRow("API key", _row(self.api_key, generate))
+        server.addRow("API key", _row(self.api_key, self.show_key, generate))
         server.addRow("", self.allow_network)
         look = QtWidgets.QFormLayout()
         look.addRow("Theme", self.theme)
@@ -156,7 +161,9 @@ class AppSettingsPage(QtWidgets.QWidget):
             self.token_state.setText("A token is saved, readable by you alone."
                                      if s.hf_token else "No token: gated repositories will ask.")
             self.remove_token.setEnabled(s.hf_token is not None)
-            self.api_key.clear()
+            key = s.server_api_key.reveal() if s.server_api_key else ""
+            if not (self.show_key.isChecked() and self.api_key.text() == key):
+                self.api_key.clear()  # unless it shows the saved key, at the user's wish
             self.api_key.setPlaceholderText("saved (hidden)" if s.server_api_key
                                             else "none: anyone who can connect may use it")
         finally:
@@ -207,12 +214,29 @@ class AppSettingsPage(QtWidgets.QWidget):
             self._set_key(text)
 
     def _on_generate_key(self) -> None:
-        self._set_key("sk-outrider-" + secrets.token_urlsafe(24))
+        key = "sk-outrider-" + secrets.token_urlsafe(24)
+        self.show_key.setChecked(True)  # in clear text at once, until the user hides it
+        self._set_key(key)
+        self.api_key.setText(key)
 
     def _set_key(self, key: str) -> None:
         current = self.settings.settings
         self.settings.update(dataclasses.replace(current, server_api_key=Secret(key)))
-        self.api_key.clear()
+        if self.show_key.isChecked():
+            self.api_key.setText(key)
+
+    def _on_show_key(self, shown: bool) -> None:
+        """Show: the saved key in clear text; Hide: dots, and the field empty again."""
+        self.show_key.setText("Hide" if shown else "Show")
+        saved = self.settings.settings.server_api_key
+        if shown:
+            self.api_key.setEchoMode(QtWidgets.QLineEdit.EchoMode.Normal)
+            if saved is not None and not self.api_key.text():
+                self.api_key.setText(saved.reveal())
+        else:
+            self.api_key.setEchoMode(QtWidgets.QLineEdit.EchoMode.Password)
+            if saved is not None and self.api_key.text() == saved.reveal():
+                self.api_key.clear()
 
     def _on_browse(self) -> None:
         start = self.models_dir.text() or str(self.default_models_dir)

@@ -24,16 +24,22 @@ def context_text(plan: MemoryPlan, n_ctx_train: int = 0) -> str:
 
     The planner looks no further than the trained context (or the asked one, when larger),
     so a largest context equal to the trained one says memory allows at least that much:
-    "8,192 tokens (the model's trained context; memory is not the limit)". Otherwise memory
-    is (or the asked context) the limit: "3,584 tokens"; "none fits" when not even 256 do.
+    "8,192 tokens (the trained context)" — short, as a narrow value column wraps a longer one
+    and Qt's form layout can clip a wrapped value after a theme change; the row's tooltip
+    (TRAINED_TIP) says memory is not the limit. Otherwise memory is (or the asked context) the
+    limit: "3,584 tokens"; "none fits" when not even 256 do.
     """
     if not plan.max_context:
         return "none fits"
     text = f"{plan.max_context:,} tokens"
     trained = n_ctx_train // KV_CELL_PAD * KV_CELL_PAD  # the planner's cells come in 256s
     if 0 < plan.n_ctx <= n_ctx_train and plan.max_context == trained:
-        text += " (the model's trained context; memory is not the limit)"
+        text += " (the trained context)"
     return text
+
+
+TRAINED_TIP = ("The model's trained context: the longest it was made for. Memory would hold "
+               "more, so memory is not the limit here.")
 
 
 def plan_values(plan: MemoryPlan, n_ctx_train: int = 0) -> dict[str, str]:
@@ -94,6 +100,8 @@ class PlanView(QtWidgets.QGroupBox):
         self.verdict.setStyleSheet(f"color: {color};" if color else "")
         for key, text in plan_values(plan, n_ctx_train).items():
             self.labels[key].setText(text)
+        trained = self.labels["max_context"].text().endswith("(the trained context)")
+        self.labels["max_context"].setToolTip(TRAINED_TIP if trained else "")
         self.devices.setText("\n".join(
             f"{d.name}: {fmt_bytes(d.total)} of {fmt_bytes(d.free_bytes)} free"
             + ("" if d.fits else " — too much") for d in plan.devices))

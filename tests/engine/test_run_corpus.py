@@ -11,7 +11,6 @@ pytest process at all; an abort that got past both would end the run here, loudl
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import pytest
 

@@ -304,7 +304,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     state = State(args.token_delay, args.metrics_interval, args.load_delay, args.gate_file)
     handler = type("BoundHandler", (Handler,), {"state": state, "api_key": args.api_key})
-    server = ThreadingHTTPServer((args.host, args.port), handler)
+    try:
+        server = ThreadingHTTPServer((args.host, args.port), handler)
+    except OSError as exc:  # as `outrider serve` answers a port in use: one line, exit 2
+        print(f"error: port {args.port} on {args.host} is already in use: {exc}", file=sys.stderr)
+        return 2
     server.daemon_threads = True
     if args.parent_pid:
         threading.Thread(target=_watch_parent, args=(args.parent_pid,), daemon=True).start()

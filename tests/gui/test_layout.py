@@ -10,7 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from app.chat.conversation import Message
+from app.engine.wire import DeviceMemory, MetricsSnapshot, ServedModel
 from app.models.models_page import DISCOVER, DOWNLOADS, LIBRARY, REPOSITORY
+from app.panels.dock import LivePanels
 from app.qt import Qt, QtCore, QtGui, QtWidgets
 from app.settings.settings_page import APP, MODEL
 from app.theme import DARK, LIGHT, Palette, apply_theme
@@ -18,6 +20,7 @@ from app.widgets import ElidedLabel
 from app.window import CHAT, FIRST_RUN, MODELS, SERVER, SETTINGS, MainWindow
 from runtime.downloads.manager import DownloadProgress, DownloadStateChanged
 from runtime.downloads.queue import DownloadJob
+from runtime.events import StepStats
 from tests.gui.conftest import WindowFactory, fake_command
 
 SMALL = (1024, 700)
@@ -106,7 +109,11 @@ def add_download(window: MainWindow) -> DownloadJob:
 
 
 @pytest.fixture
-def small_window(qtbot, make_window: WindowFactory) -> MainWindow:
+def small_window(qtbot, qapp, themed, make_window: WindowFactory) -> MainWindow:
+    """A window at 1024×700 styled as the app styles itself (`apply_theme` on the whole
+    application, as `app.main` does): without the style sheet's padding every button measured
+    ~20 px narrower, and the pages "fitted" here while the real app came out 1054 px wide."""
+    apply_theme(qapp, LIGHT)
     window = make_window(fake_command())
     window.ensure_panels()
     window.resize(*SMALL)
@@ -155,6 +162,82 @@ def test_the_live_dock_shrinks_to_leave_the_chat_whole(qtbot, small_window: Main
     window.resize(1320, 840)
     settle(qtbot, window)
     assert window.panels.isVisible() and window.panels_button.isChecked()  # and back
+
+
+def test_a_wide_window_with_the_dock_open_shrinks_to_1024_at_once(
+        qtbot, small_window: MainWindow) -> None:
+    """As `make screenshots` does it: from a wide window with the dock open straight to
+    1024×700. Qt bounds the new size by the window's minimum *with* the dock before the resize
+    folds it, so every page, beside an open dock, must fit 1024 px (it was 1054: the Models
+    page's Library buttons and the chat header with the conversation list)."""
+    window = small_window
+    add_download(window)
+    window.resize(1320, 840)
+    settle(qtbot, window)
+    assert window.panels is not None and window.panels.isVisible()
+    for name in visits(window):
+        settle(qtbot, window)
+        window.panels.show()
+        settle(qtbot, window)
+        assert window.minimumSizeHint().width() <= SMALL[0], name
+    window.show_page(MODELS)
+    window.models_page.setCurrentIndex(LIBRARY)
+    window.resize(1320, 840)
+    settle(qtbot, window)
+    window.resize(*SMALL)
+    settle(qtbot, window)
+    assert window.size() == QtCore.QSize(*SMALL)
+    assert not window.panels.isVisible()  # folded, after the resize that it did not block
+
+
+def test_the_acceptance_chart_shows_without_scrolling_the_dock(qtbot,
+                                                               small_window: MainWindow) -> None:
+    window = small_window
+    window.panels_button.click()  # open at 1024×700, as a user may
+    settle(qtbot, window)
+    dock = window.panels
+    assert dock is not None and dock.isVisible() and window.size() == QtCore.QSize(*SMALL)
+    show_a_speculative_reply(dock)
+    settle(qtbot, window)
+    scroll = dock.widget()
+    assert isinstance(scroll, QtWidgets.QScrollArea)
+    assert scroll.verticalScrollBar().value() == 0
+    chart = dock.speculative.plot
+    viewport = scroll.viewport()
+    where = QtCore.QRect(chart.mapTo(viewport, QtCore.QPoint(0, 0)), chart.size())
+    assert viewport.rect().contains(where), f"chart at {where}, viewport {viewport.rect()}"
+
+    window.panels_button.click()
+    window.resize(1920, 1080)
+    settle(qtbot, window)
+    if not dock.isVisible():
+        window.panels_button.click()
+        settle(qtbot, window)
+    where = QtCore.QRect(chart.mapTo(viewport, QtCore.QPoint(0, 0)), chart.size())
+    assert viewport.rect().contains(where), f"chart at {where}, viewport {viewport.rect()}"
+
+
+def show_a_speculative_reply(dock: LivePanels) -> None:
+    """N-gram drafting loaded, a reply of three rounds, its footer and a metrics snapshot with
+    long values (a long CPU name, a full 128K context), as the panels show them after it."""
+    dock.on_model(ServedModel("SmolLM2-135M-Instruct.Q4_1", path="/m/SmolLM2.gguf",
+                              draft="ngram"))
+    cpu = DeviceMemory("cpu", "Intel(R) Xeon(R) Platinum 8370C CPU @ 2.80GHz", "cpu",
+                       total_bytes=64 << 30, free_bytes=40 << 30, planned_weights=92 << 20,
+                       planned_kv=40 << 20, planned_compute=104 << 20, planned_other=17 << 20)
+    dock.on_metrics(MetricsSnapshot(time=1_000.0, devices=(cpu,), engine_rss_bytes=263 << 20,
+                                    decode_tokens_per_s=48.2, prefill_tokens_per_s=912.0,
+                                    acceptance_rate=0.53, mean_accepted_length=2.1, draft_k=4,
+                                    kv_cells_used=412, kv_cells_total=2048,
+                                    active_sequences=0))
+    dock.on_busy(True)
+    for i in range(3):
+        dock.on_step(StepStats("r", i, drafted=4, accepted=2, reply_drafted=4 * (i + 1),
+                               reply_accepted=2 * (i + 1), k=4, acceptance_rate=0.5,
+                               mean_accepted_length=2.0, predicted_speedup=1.4,
+                               measured_speedup=0.7))
+    dock.on_busy(False)
+    dock.speed.update_reply({"ttft_s": 0.21})
 
 
 def test_downloads_show_the_file_name_and_the_whole_progress_text(
@@ -269,9 +352,13 @@ def test_combo_boxes_draw_their_arrow(qtbot, qapp, themed, palette: Palette) -> 
     combo.addItems(["system", "light", "dark"])
     combo.resize(160, 30)
     image = _grab(qtbot, combo)
-    arrow = [image.pixelColor(x, y) for x in range(image.width() - 20, image.width())
-             for y in range(image.height())]
-    assert sum(_near(c, palette.muted) for c in arrow) >= 6  # a few pixels of triangle
+    rows = [sum(_near(image.pixelColor(x, y), palette.muted)
+                for x in range(image.width() - 20, image.width()))
+            for y in range(image.height())]
+    drawn = [n for n in rows if n]
+    assert sum(drawn) >= 12, rows  # an arrow, not a speck
+    # A triangle pointing down: wide at the top, narrow at the tip (a bar is as wide throughout).
+    assert len(drawn) >= 3 and drawn[0] > drawn[-1], rows
 
 
 def test_dark_check_boxes_are_outlined_and_filled_when_checked(qtbot, qapp, themed) -> None:

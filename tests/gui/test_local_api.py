@@ -7,6 +7,7 @@ import dataclasses
 import socket
 import urllib.request
 
+from app.engine import process as process_module
 from app.engine.client import EngineState
 from app.engine.process import EngineListen
 from app.window import SERVER, MainWindow
@@ -54,6 +55,26 @@ def test_the_port_is_remembered_and_needs_no_key_on_this_computer(
 
 def test_a_port_held_by_another_program_is_named(qtbot, fake_window: MainWindow) -> None:
     window = fake_window
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        held = int(other.getsockname()[1])
+        window.settings.update(dataclasses.replace(window.settings.settings,
+                                                   server=ServerSettings(port=held)))
+        window.show_page(SERVER)
+        restart(qtbot, window)
+        address = window.client.address
+        assert address is not None and not address.url.endswith(f":{held}")
+        assert window.server.config_label.text().startswith(
+            f"Port {held} is used by another program")
+
+
+def test_a_port_taken_between_the_check_and_the_bind_is_named_too(
+        qtbot, fake_window: MainWindow, monkeypatch) -> None:
+    """The check says free, another program binds first: the engine exits "already in use"
+    before it is ready, and the app starts it again on a free port, as for a taken port."""
+    window = fake_window
+    monkeypatch.setattr(process_module, "port_is_free", lambda host, port: True)
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
         other.listen()
