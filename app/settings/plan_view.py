@@ -24,9 +24,9 @@ def context_text(plan: MemoryPlan, n_ctx_train: int = 0) -> str:
 
     The planner looks no further than the trained context (or the asked one, when larger),
     so a largest context equal to the trained one says memory allows at least that much:
-    "8,192 tokens (the trained context)" — short, as a narrow value column wraps a longer one
-    and Qt's form layout can clip a wrapped value after a theme change; the row's tooltip
-    (TRAINED_TIP) says memory is not the limit. Otherwise memory is (or the asked context) the
+    "8,192 tokens (trained)" — one line: Qt's form layout clipped the wrapped sentence this
+    once was after a theme change; the row's tooltip (TRAINED_TIP) says memory is not the
+    limit. Otherwise memory is (or the asked context) the
     limit: "3,584 tokens"; "none fits" when not even 256 do.
     """
     if not plan.max_context:
@@ -34,7 +34,7 @@ def context_text(plan: MemoryPlan, n_ctx_train: int = 0) -> str:
     text = f"{plan.max_context:,} tokens"
     trained = n_ctx_train // KV_CELL_PAD * KV_CELL_PAD  # the planner's cells come in 256s
     if 0 < plan.n_ctx <= n_ctx_train and plan.max_context == trained:
-        text += " (the trained context)"
+        text += " (trained)"
     return text
 
 
@@ -78,7 +78,6 @@ class PlanView(QtWidgets.QGroupBox):
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self.labels[key] = label
             form.addRow(title, label)
-        self.labels["max_context"].setWordWrap(True)  # it may say which limit it met
         self.devices = QtWidgets.QLabel()
         self.devices.setWordWrap(True)
         self.notes = QtWidgets.QLabel()
@@ -100,7 +99,7 @@ class PlanView(QtWidgets.QGroupBox):
         self.verdict.setStyleSheet(f"color: {color};" if color else "")
         for key, text in plan_values(plan, n_ctx_train).items():
             self.labels[key].setText(text)
-        trained = self.labels["max_context"].text().endswith("(the trained context)")
+        trained = self.labels["max_context"].text().endswith("(trained)")
         self.labels["max_context"].setToolTip(TRAINED_TIP if trained else "")
         self.devices.setText("\n".join(
             f"{d.name}: {fmt_bytes(d.total)} of {fmt_bytes(d.free_bytes)} free"

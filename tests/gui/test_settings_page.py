@@ -84,7 +84,7 @@ def test_plan_follows_kv_types_and_context(qtbot, settings_ctl: SettingsControll
     wait_plan(qtbot, page, expected_c)
     assert shown(page) == plan_values(expected_c, info.n_ctx_train)
     assert info.n_ctx_train == expected_c.max_context == 2048  # memory would hold more
-    assert shown(page)["max_context"] == "2,048 tokens (the trained context)"
+    assert shown(page)["max_context"] == "2,048 tokens (trained)"
     assert "memory is not the limit" in page.plan_view.labels["max_context"].toolTip()
 
     # The choice is remembered for this file a moment later.
