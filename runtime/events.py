@@ -140,6 +140,7 @@ class Usage:
     completion_tokens: int
     cached_tokens: int = 0  # prompt tokens reused from the cache (prefix sharing)
     truncated_tokens: int = 0  # prompt tokens dropped by middle truncation (never silent)
+    resumed_tokens: int = 0  # of cached_tokens, those restored from a saved KV cache file
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ class Timings:
     prefill_tokens_per_s: float
     decode_tokens_per_s: float
     total_s: float
+    restore_s: float = 0.0  # reading a saved KV cache back (resumed_tokens), part of ttft_s
 
 
 @dataclass(frozen=True)

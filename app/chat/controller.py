@@ -384,6 +384,9 @@ class ChatController(QtCore.QObject):
                 stats["tokens"] = result.usage.completion_tokens
                 stats["prompt_tokens"] = result.usage.prompt_tokens
                 stats["cached_tokens"] = result.usage.cached_tokens
+                if result.usage.resumed_tokens:
+                    stats["resumed_tokens"] = result.usage.resumed_tokens
+                    stats["restore_s"] = result.timings.restore_s if result.timings else 0.0
             if result.timings is not None:
                 stats["ttft_s"] = result.timings.ttft_s
                 stats["tokens_per_s"] = result.timings.decode_tokens_per_s

@@ -66,11 +66,14 @@ def to_json(conv: Conversation, tree: MessageTree) -> dict[str, Any]:
 
 
 def footer_text(stats: dict[str, Any]) -> str:
-    """The reply footer: tokens · tok/s · TTFT · acceptance (accepted/drafted).
+    """The reply footer: tokens · tok/s · TTFT · acceptance (accepted/drafted) · what a
+    saved KV cache spared.
 
     >>> footer_text({"tokens": 42, "tokens_per_s": 35.06, "ttft_s": 0.213,
     ...              "acceptance_rate": 0.62, "drafted": 50, "accepted": 31})
     '42 tokens · 35.1 tok/s · TTFT 213 ms · acceptance 62% (31/50 drafted)'
+    >>> footer_text({"tokens": 9, "resumed_tokens": 3912, "restore_s": 0.2134})
+    '9 tokens · resumed 3,912 cached tokens in 0.21 s'
     """
     parts: list[str] = []
     if "tokens" in stats:
@@ -82,6 +85,9 @@ def footer_text(stats: dict[str, Any]) -> str:
     if stats.get("drafted"):
         parts.append(f"acceptance {stats.get('acceptance_rate', 0.0):.0%} "
                      f"({stats.get('accepted', 0)}/{stats['drafted']} drafted)")
+    if stats.get("resumed_tokens"):
+        parts.append(f"resumed {stats['resumed_tokens']:,} cached tokens in "
+                     f"{stats.get('restore_s', 0.0):.2f} s")
     return " · ".join(parts)
 
 

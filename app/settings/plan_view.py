@@ -38,6 +38,16 @@ def context_text(plan: MemoryPlan, n_ctx_train: int = 0) -> str:
     return text
 
 
+def sliding_window_text(plan: MemoryPlan) -> str:
+    """What the sliding-window layers keep, when some keep less than the context:
+    "sliding window: 15 of 18 layers keep 1,024 tokens" (Gemma-3-270M: a 512-token window
+    plus one 512-token micro-batch); "" otherwise."""
+    if not plan.swa_layers:
+        return ""
+    return (f"sliding window: {plan.swa_layers} of {plan.n_blocks} layers keep "
+            f"{plan.swa_cells:,} tokens")
+
+
 TRAINED_TIP = ("The model's trained context: the longest it was made for. Memory would hold "
                "more, so memory is not the limit here.")
 
@@ -104,7 +114,8 @@ class PlanView(QtWidgets.QGroupBox):
         self.devices.setText("\n".join(
             f"{d.name}: {fmt_bytes(d.total)} of {fmt_bytes(d.free_bytes)} free"
             + ("" if d.fits else " — too much") for d in plan.devices))
-        self.notes.setText("\n".join((*plan.notes, *extra_notes)))
+        window = sliding_window_text(plan)
+        self.notes.setText("\n".join((*plan.notes, *((window,) if window else ()), *extra_notes)))
 
     def show_message(self, text: str) -> None:
         """No plan: say why (reading the model, a setting refused …)."""

@@ -4,6 +4,7 @@
     outrider serve model.gguf --ctx 8192 --parallel 8 --kv-k q8_0 --kv-v q8_0
     outrider serve --host 0.0.0.0 --api-key KEY      # other machines: a key is required
     outrider serve --port 0 --parent-pid 4242        # as the app's engine: any free port
+    outrider serve --saved-kv-gib 16                 # keep more idle chats' KV caches on disk
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from runtime.engine.kv_store import GIB, KvStoreOptions
 from runtime.errors import ModelNotFound, SettingsError
+from runtime.paths import user_dirs
 from runtime.settings.load import DraftSettings, LoadSettings
+from runtime.settings.user import MAX_SAVED_KV_GIB
 
 # Load flags that only mean something with a MODEL given at start.
 _MODEL_FLAGS = ("ctx", "kv_k", "kv_v", "gpu_layers", "flash_attn", "threads", "draft", "draft_k")
@@ -49,6 +53,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     parser.add_argument("--max-tokens", type=int, default=8192,
                         help="largest max_tokens a request may ask for")
+    parser.add_argument("--saved-kv-gib", type=float, default=4.0, metavar="GIB",
+                        help="disk for idle conversations' KV caches, resumed without a "
+                             "prefill (default 4; 0 = off)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"))
     parser.set_defaults(handler=run)
@@ -90,6 +97,20 @@ def load_settings_from_args(args: argparse.Namespace) -> LoadSettings | None:
     return LoadSettings(**values)
 
 
+def saved_kv_from_args(args: argparse.Namespace) -> KvStoreOptions | None:
+    """Where and how much the engine keeps of idle conversations' KV caches (None: off).
+
+    >>> saved_kv_from_args(argparse.Namespace(saved_kv_gib=0.5)).budget_bytes
+    536870912
+    """
+    gib = args.saved_kv_gib
+    if not 0 <= gib <= MAX_SAVED_KV_GIB:
+        raise SettingsError(f"--saved-kv-gib takes 0..{MAX_SAVED_KV_GIB} GiB, not {gib}")
+    if gib == 0:
+        return None
+    return KvStoreOptions(user_dirs().cache / "kv", budget_bytes=int(gib * GIB))
+
+
 def run(args: argparse.Namespace) -> int:
     # Imported here so `outrider --help` does not pay for FastAPI and uvicorn.
     from runtime.paths import user_dirs
@@ -105,5 +126,5 @@ def run(args: argparse.Namespace) -> int:
         allow_any_path=args.allow_any_path,
         limits=ServerLimits(max_body_bytes=args.max_body_bytes, max_tokens=args.max_tokens,
                             default_max_tokens=min(2048, args.max_tokens)),
-        log_level=args.log_level)
+        log_level=args.log_level, saved_kv=saved_kv_from_args(args))
     return serve(options)

@@ -25,6 +25,7 @@ drafting, no planner) construct `Engine` directly.
 from __future__ import annotations
 
 from runtime.engine.engine import Engine
+from runtime.engine.kv_store import KvStoreOptions
 from runtime.engine.probe import LoadProbe
 from runtime.llama.binding import supports_gpu_offload
 from runtime.planner.gpu_layers import planned_gpu_layers
@@ -32,10 +33,11 @@ from runtime.settings.load import LoadSettings
 from runtime.speculative.speculation import Speculation
 
 
-def build_engine() -> Engine:
+def build_engine(saved_kv: KvStoreOptions | None = None) -> Engine:
     """A new engine (not started) with drafting, the planner's automatic GPU layers and the
-    load probe."""
-    return Engine(speculation=Speculation(), plan_gpu_layers=auto_gpu_layers, probe=LoadProbe())
+    load probe; `saved_kv` keeps idle conversations' KV caches on disk (`outrider serve`)."""
+    return Engine(speculation=Speculation(), plan_gpu_layers=auto_gpu_layers, probe=LoadProbe(),
+                  saved_kv=saved_kv)
 
 
 def auto_gpu_layers(settings: LoadSettings) -> int | None:

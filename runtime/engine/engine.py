@@ -49,6 +49,7 @@ from typing import Any
 
 from runtime.engine.api import EngineMetrics, EngineStatus, LoadedModel
 from runtime.engine.chat_template import ChatTemplate
+from runtime.engine.kv_store import KvStore, KvStoreOptions, cache_key
 from runtime.engine.prompt import PreparedPrompt, answer_budget, prepare_prompt
 from runtime.engine.scheduler import Scheduler, StepReport
 from runtime.engine.sequence import Sequence
@@ -183,15 +184,19 @@ class Engine:
     Collaborators are passed in: `speculation` sets up drafting per load (None: plain
     decoding), `plan_gpu_layers` answers "auto" GPU layers (None: CPU only, said in notes),
     `probe` loads a file once in a child process before the engine does (None: no probe;
-    `runtime.engine.probe`). `on_progress` of `load` is called on the engine thread.
+    `runtime.engine.probe`), `saved_kv` keeps idle conversations' KV cells on disk and
+    resumes them (None: the prefix cache ends with the slots; `runtime.engine.kv_store`).
+    `on_progress` of `load` is called on the engine thread.
     """
 
     def __init__(self, *, speculation: Speculation | None = None,
                  plan_gpu_layers: Callable[[LoadSettings], int | None] | None = None,
-                 probe: Callable[[Path, LlamaParams], None] | None = None) -> None:
+                 probe: Callable[[Path, LlamaParams], None] | None = None,
+                 saved_kv: KvStoreOptions | None = None) -> None:
         self._speculation = speculation
         self._plan_gpu_layers = plan_gpu_layers
         self._probe = probe
+        self._saved_kv = saved_kv
         self._inbox: queue.SimpleQueue[_Command] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -420,11 +425,19 @@ class Engine:
         except BaseException:
             self._state = "empty"
             raise
+        store = None
+        if self._saved_kv is not None and self._saved_kv.budget_bytes > 0:
+            try:
+                key = cache_key(settings.model_path, params, n_ctx=result.ctx.n_ctx,
+                                flash_attn=result.info.flash_attn)
+                store = KvStore(self._saved_kv, key, result.ctx)
+            except OSError as exc:  # the file vanished after loading: resume nothing
+                logger.warning("saved KV caches are off for this load: %s", exc)
         scheduler = Scheduler(
             result.ctx, result.model, Batch(result.ctx.n_batch), emit=self._emit,
             budget=result.ctx.n_batch,
             verifier=result.spec.verifier if result.spec else None,
-            k_max=result.spec.k_max if result.spec else 0)
+            k_max=result.spec.k_max if result.spec else 0, store=store)
         self._loaded = _Loaded(result.model, result.ctx, result.info, result.template,
                                scheduler, result.spec)
         self._info, self._template = result.info, result.template
@@ -439,6 +452,7 @@ class Engine:
         self._state = "empty"
         loaded.close_leases()  # no worker may tokenize with a freed model
         loaded.scheduler.cancel_all()
+        loaded.scheduler.kv.save_idle()  # finished conversations resume from disk next time
         for handle in list(self._handles.values()):  # requests not yet turned into sequences
             handle._put(ErrorEvent(handle.id, "NoModelLoaded", "the model was unloaded"))
         self._handles.clear()

@@ -17,6 +17,27 @@ prefix any slot holds (live or idle):
 
 At least the last prompt token is always evaluated again: llama.cpp only returns logits
 for tokens evaluated in the current batch.
+
+A sliding-window cache (`window` > 0, llama.cpp's `swa_full` off) holds fewer cells on its
+window layers than the ledger counts: a cell that slid out of a sequence's window is
+reused, and llama.cpp then drops every older position of that sequence too, so a sequence
+always holds exactly [seq_pos_min, seq_pos_max] there. A token at position n attends to
+positions > n − window, so a prefix of length n is reused only while the source still
+holds position max(0, n − window + 1); otherwise the prompt is computed again, as
+llama-server does when it has no checkpoint ("forcing full prompt re-processing"):
+
+    window 32, slot 0 holds 0..299 on the full layers but only 240..299 on window layers
+    new prompt shares 280 tokens  → needs 249..279: held, reuse 280
+    new prompt shares 100 tokens  → needs  69..99:  dropped, compute all of it
+
+There a prefix is only ever reused in place, by taking over the idle slot that holds it,
+never copied to another sequence (`seq_cp`): llama.cpp reuses a window cell only while
+one sequence holds it, and one sequence may hold every window cell (it frees them lazily),
+so cells shared by two sequences could pin the whole window cache and stop both.
+
+With a `store` (runtime.engine.kv_store), the prefix cache reaches past the slots: an idle
+slot's cells are saved to disk just before they are dropped (`_spill`), and a prompt whose
+saved prefix is longer than anything a slot holds gets it back (`acquire_stored`).
 """
 
 from __future__ import annotations
@@ -27,6 +48,8 @@ from typing import Protocol
 
 import numpy as np
 
+from runtime.engine.kv_store import StoredMatch
+
 
 class Memory(Protocol):
     """The two cache operations the table needs (runtime.llama.binding.LlamaContext has them)."""
@@ -34,6 +57,18 @@ class Memory(Protocol):
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool: ...
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None: ...
+
+    def seq_pos_min(self, seq_id: int) -> int: ...
+
+
+class SavedPrefixes(Protocol):
+    """Prefixes kept on disk (runtime.engine.kv_store.KvStore)."""
+
+    def save(self, slot: int, tokens: Sequence[int]) -> None: ...
+
+    def find(self, tokens: Sequence[int], live: int, *, whole: bool) -> StoredMatch | None: ...
+
+    def restore(self, match: StoredMatch, slot: int) -> float | None: ...
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -54,9 +89,12 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 class KvSlots:
     """The slot table. Every cache change goes through it so the ledger stays exact."""
 
-    def __init__(self, memory: Memory, n_slots: int, n_cells: int, *, sharing: bool = True) -> None:
+    def __init__(self, memory: Memory, n_slots: int, n_cells: int, *, sharing: bool = True,
+                 store: SavedPrefixes | None = None, window: int = 0) -> None:
         self.memory = memory
-        self.sharing = sharing  # False: no prefix reuse, no cache kept (recurrent / SWA models)
+        self.store = store
+        self.sharing = sharing  # False: no prefix reuse, no cache kept (recurrent models)
+        self.window = window  # sliding window of the cache in tokens; 0: all cells kept
         self.n_slots = n_slots
         self.n_cells = n_cells
         self.tokens: list[list[int]] = [[] for _ in range(n_slots)]
@@ -78,18 +116,30 @@ class KvSlots:
         return [s for s in range(self.n_slots) if not self.busy[s]]
 
     def best_match(self, tokens: Sequence[int]) -> tuple[int, int]:
-        """(slot, length) of the longest prefix of `tokens` held by any slot; (-1, 0) if none."""
+        """(slot, length) of the longest prefix of `tokens` held by any slot; (-1, 0) if none.
+        With a sliding window, only prefixes whose window is still held count."""
         best, best_len = -1, 0
         if not self.sharing:
             return best, best_len
         for slot in range(self.n_slots):
             held = self.tokens[slot]
-            if not held or held[0] != tokens[0]:
+            if not held or held[0] != tokens[0] or (self.window and self.busy[slot]):
                 continue
             n = common_prefix(held, tokens)
-            if n > best_len:
+            if n > best_len and self.window_held(slot, min(n, len(tokens) - 1)):
                 best, best_len = slot, n
         return best, best_len
+
+    def window_held(self, slot: int, n: int) -> bool:
+        """Whether `slot` still holds every cell a token at position `n` attends to: always
+        without a sliding window; with one, positions max(0, n − window + 1) .. n − 1.
+
+        One C call (llama_memory_seq_pos_min); exact because llama.cpp drops a sequence's
+        window cells oldest first and all older ones with them.
+        """
+        if self.window <= 0 or n <= 0:
+            return True
+        return 0 <= self.memory.seq_pos_min(slot) <= max(0, n - self.window + 1)
 
     def cached_cells(self) -> int:
         """Cells held only by idle slots (the prefix cache), counted once."""
@@ -130,8 +180,43 @@ class KvSlots:
         self._last_use[slot] = next(self._tick)
         return slot, match
 
+    def stored_match(self, tokens: Sequence[int], live: int) -> StoredMatch | None:
+        """A saved prefix of `tokens` longer than the `live` tokens a slot could share."""
+        if self.store is None or not tokens:
+            return None
+        return self.store.find(tokens, live, whole=not self.sharing)
+
+    def acquire_stored(self, tokens: Sequence[int],
+                       match: StoredMatch) -> tuple[int, int, float] | None:
+        """Like `acquire`, restoring the saved prefix `match` into the slot: (slot, reused
+        tokens, seconds the restore took), or None when the file could not be used (nothing
+        changed but the choice of slot; the caller goes on with `acquire`)."""
+        idle = self.idle_slots()
+        if self.store is None or not idle:
+            return None
+        slot = min(idle, key=lambda s: (len(self.tokens[s]) > 0, self._last_use[s]))
+        self.truncate(slot, 0)
+        self.busy[slot] = True  # from here on its cells are no idle cache to save
+        seconds = self.store.restore(match, slot)
+        if seconds is None:
+            self.busy[slot] = False
+            return None
+        # The file's cells past the common part hold other tokens: ledgered, then cut.
+        restored = list(tokens[:match.usable])
+        self.append(slot, restored + [-1] * (match.n_tokens - len(restored)))
+        self.truncate(slot, match.usable)
+        if not self.window_held(slot, match.usable):  # the file's window ends too late
+            self.truncate(slot, 0)
+            self.busy[slot] = False
+            return None
+        self._last_use[slot] = next(self._tick)
+        return slot, match.usable, seconds
+
     def release(self, slot: int, keep: bool) -> None:
-        """The sequence in `slot` is done. keep=True leaves its cells as prefix cache."""
+        """The sequence in `slot` is done. keep=True leaves its cells as prefix cache (or,
+        where cells cannot be shared, saves them to the store before freeing them)."""
+        if keep and not self.sharing:
+            self._spill(slot)
         if not keep or not self.sharing:
             self.truncate(slot, 0)
         self.busy[slot] = False
@@ -151,6 +236,8 @@ class KvSlots:
         """Keep only positions < n of `slot` (seq_rm [n, ∞)); returns cells freed."""
         if n >= len(self.tokens[slot]):
             return 0
+        if not self.busy[slot]:
+            self._spill(slot)  # an idle cache about to lose cells: keep them on disk
         self.memory.seq_rm(slot, n, -1)
         freed = 0
         for cell in self._cells[slot][n:]:
@@ -173,6 +260,15 @@ class KvSlots:
             return -1
         slot = min(candidates, key=lambda s: self._last_use[s])
         return self.truncate(slot, 0)
+
+    def save_idle(self) -> None:
+        """Save every idle slot's cache to the store (the engine is unloading)."""
+        for slot in self.idle_slots():
+            self._spill(slot)
+
+    def _spill(self, slot: int) -> None:
+        if self.store is not None and self.tokens[slot]:
+            self.store.save(slot, self.tokens[slot])
 
     def clear(self) -> None:
         """Forget everything (the context's memory is cleared by the caller)."""

@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from runtime.engine.kv_slots import KvSlots
+from runtime.engine.kv_slots import KvSlots, SavedPrefixes
 from runtime.engine.sequence import Sequence, Status
 from runtime.errors import EngineError, OutriderError
 from runtime.events import (
@@ -77,6 +77,8 @@ class Context(Protocol):
     def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool: ...
 
     def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None: ...
+
+    def seq_pos_min(self, seq_id: int) -> int: ...
 
 
 class Vocab(Protocol):
@@ -121,7 +123,8 @@ class Scheduler:
     def __init__(self, ctx: Context, vocab: Vocab, batch: BatchLike, *,
                  emit: Callable[[Sequence, Event], None], budget: int,
                  verifier: Verifier | None = None, k_max: int = 0,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 store: SavedPrefixes | None = None) -> None:
         self.ctx = ctx
         self.vocab = vocab
         self.batch = batch
@@ -131,7 +134,8 @@ class Scheduler:
         self.k_max = k_max
         self.clock = clock
         self.kv = KvSlots(ctx, ctx.n_seq_max, ctx.n_ctx,
-                          sharing=getattr(vocab, "shares_prefixes", True))
+                          sharing=getattr(vocab, "shares_prefixes", True), store=store,
+                          window=getattr(ctx, "swa_window", 0))
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._order = itertools.count(1)
@@ -305,11 +309,20 @@ class Scheduler:
                 return None
             src, match = kv.best_match(seq.tokens)
             need = len(seq.tokens) - min(match, len(seq.tokens) - 1)
+            # A saved prefix (runtime.engine.kv_store) longer than any slot's: its cells are
+            # restored whole, then cut to the common part.
+            stored = kv.stored_match(seq.tokens, min(match, len(seq.tokens) - 1))
+            if stored is not None:
+                need = stored.n_tokens + len(seq.tokens) - stored.usable
             while kv.free - reserved < need and kv.evict_idle(keep=src) >= 0:
                 pass
+            if stored is not None and kv.free - reserved < need:
+                stored = None
+                need = len(seq.tokens) - min(match, len(seq.tokens) - 1)
             if kv.free - reserved < need and n_running > 0:
                 return None  # wait for running sequences to finish (FIFO: no overtaking)
-            taken = kv.acquire(seq.tokens)
+            resumed = kv.acquire_stored(seq.tokens, stored) if stored is not None else None
+            taken = kv.acquire(seq.tokens) if resumed is None else resumed[:2]
             if taken is None:
                 return None
             self.waiting.remove(seq)
@@ -317,6 +330,8 @@ class Scheduler:
             seq.n_computed = reused
             if not seq.admitted_once:
                 seq.cached_tokens = min(reused, seq.prompt_len)
+                if resumed is not None:
+                    seq.resumed_tokens, seq.restore_s = seq.cached_tokens, resumed[2]
                 seq.admitted_once = True
             seq.status = Status.RUNNING
             seq.order = next(self._order)
@@ -483,5 +498,6 @@ class Scheduler:
         if seq.spec.rounds:
             spec = seq.spec.summary(seq.drafter.measured_speedup if seq.drafter else 0.0)
         usage = Usage(prompt_tokens=seq.prompt_len, completion_tokens=max(0, seq.n_generated),
-                      cached_tokens=seq.cached_tokens, truncated_tokens=seq.truncated_tokens)
+                      cached_tokens=seq.cached_tokens, truncated_tokens=seq.truncated_tokens,
+                      resumed_tokens=seq.resumed_tokens)
         self.emit(seq, Finished(seq.request_id, seq.index, reason, usage, seq.timings(now), spec))

@@ -47,6 +47,8 @@ class Sequence:
     n_computed: int = 0
     cached_tokens: int = 0  # prompt tokens reused from the cache at first admission
     truncated_tokens: int = 0  # prompt tokens dropped by middle truncation
+    resumed_tokens: int = 0  # of cached_tokens, those restored from a saved KV cache file
+    restore_s: float = 0.0  # how long restoring them took
     admitted_once: bool = False
     order: int = 0  # admission counter: the largest is the newest (preempted first)
     last_step: int = 0  # the scheduler step that last decoded it (fair rotation)
@@ -91,4 +93,5 @@ class Sequence:
                     if self.t_last_token is not None and self.t_first_token is not None else 0.0)
         decode_rate = (self.n_generated - 1) / decode_s if decode_s > 0 and self.n_generated > 1 else 0.0
         return Timings(ttft_s=ttft, prefill_tokens_per_s=prefill_rate,
-                       decode_tokens_per_s=decode_rate, total_s=now - self.arrival)
+                       decode_tokens_per_s=decode_rate, total_s=now - self.arrival,
+                       restore_s=self.restore_s)

@@ -33,6 +33,11 @@ from runtime.gguf.preflight import inspect_gguf
 from runtime.gguf.vocab import header_vocabulary, read_span
 
 _LAYER = re.compile(r"^blk\.(\d+)\.")
+# The routed expert tensors, as llama.cpp's LLM_FFN_EXPS_REGEX (common/common.h) matches them
+# for --cpu-moe: ffn_{up,down,gate,gate_up}_exps and their "chexps" variants, never the
+# shared experts (ffn_*_shexp) nor the router (ffn_gate_inp).
+EXPERT_TENSOR = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+_EXPERT = re.compile(EXPERT_TENSOR)
 _INPUT_PREFIXES = ("token_embd", "token_types", "position_embd")
 _NOT_DATA = ("tokens_span", "token_types_span", "span_reader")  # never saved or compared
 
@@ -95,12 +100,24 @@ class ModelInfo:
     token_types_span: LazyArray | None = field(default=None, repr=False, compare=False)
     # reads the spans; None: from the local file `path_or_url`
     span_reader: SpanReader | None = field(default=None, repr=False, compare=False)
+    # Mixture of experts: per block, the bytes of the routed expert tensors (those llama.cpp's
+    # --cpu-moe pattern matches, `EXPERT_TENSOR`); shared experts stay with their block.
+    expert_bytes_by_layer: tuple[int, ...] = ()
+    n_expert_shared: int = 0
 
     @property
     def bits_per_weight(self) -> float:
         """Average bits per parameter, e.g. 4.5 for Q4_0 (18 bytes per 32 values)."""
         weight_bytes = sum(n for _, n in self.bytes_by_type)
         return 8 * weight_bytes / self.n_params if self.n_params else 0.0
+
+    @property
+    def is_moe(self) -> bool:
+        return any(self.expert_bytes_by_layer)
+
+    def expert_bytes(self, layer: int) -> int:
+        """Bytes of block `layer`'s routed experts (0 for a dense model or a dense block)."""
+        return self.expert_bytes_by_layer[layer] if self.expert_bytes_by_layer else 0
 
     @property
     def n_layers_offloadable(self) -> int:
@@ -185,6 +202,7 @@ def model_info_from_headers(source: str, headers: list[GGUFHeader], part_paths: 
     tensors = [t for h in headers for t in h.tensors]
     alignment = headers[0].alignment
     by_layer = [0] * block_count
+    experts = [0] * block_count
     input_bytes = output_bytes = 0
     type_bytes: Counter[str] = Counter()
     weight_types: Counter[str] = Counter()
@@ -196,6 +214,8 @@ def model_info_from_headers(source: str, headers: list[GGUFHeader], part_paths: 
         match = _LAYER.match(t.name)
         if match and int(match[1]) < block_count:
             by_layer[int(match[1])] += padded
+            if _EXPERT.search(t.name):
+                experts[int(match[1])] += padded
         elif t.name.startswith(_INPUT_PREFIXES):
             input_bytes += padded
         else:
@@ -233,6 +253,8 @@ def model_info_from_headers(source: str, headers: list[GGUFHeader], part_paths: 
         file_size=file_size, header_bytes=headers[0].data_offset, n_tokens=vocab.n_tokens,
         vocab_fingerprint=vocab.fingerprint, tokens_span=vocab.tokens,
         token_types_span=vocab.token_types, span_reader=span_reader,
+        expert_bytes_by_layer=tuple(experts) if any(experts) else (),
+        n_expert_shared=_opt(kv, p + "expert_shared_count", int) or 0,
     )
 
 

@@ -33,9 +33,10 @@ from pathlib import Path
 
 import llama_cpp.llama_cpp as L
 import numpy as np
+from llama_cpp._ctypes_extensions import load_shared_library
 
-from runtime.errors import LoadError, UnsupportedArchitecture, shown
-from runtime.llama.params import LlamaParams
+from runtime.errors import LoadError, SettingsError, UnsupportedArchitecture, shown
+from runtime.llama.params import CPU_MOE_ALL, LlamaParams, expert_override_patterns
 from runtime.llama.reason import first_reason
 
 logger = logging.getLogger("outrider.llama")
@@ -115,6 +116,60 @@ def llama_log() -> LlamaLog:
     return LlamaLog()
 
 
+# struct llama_model_tensor_buft_override {
+#     const char * pattern;
+#     ggml_backend_buffer_type_t buft;
+# };
+class TensorBuftOverride(ctypes.Structure):
+    """llama-cpp-python declares `llama_model_params.tensor_buft_overrides` as a bare pointer
+    but not the struct it points to: an array of these, ended by a NULL pattern."""
+
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+@cache
+def _cpu_buffer_type() -> int:
+    """`ggml_backend_cpu_buffer_type()` from llama-cpp-python's libggml-base: the value
+    llama.cpp's loader compares an override with to keep the CPU's repacked layouts."""
+    lib = load_shared_library("ggml-base", Path(L.__file__).parent / "lib")
+    # ggml_backend_buffer_type_t ggml_backend_cpu_buffer_type(void);
+    lib.ggml_backend_cpu_buffer_type.restype = ctypes.c_void_p
+    lib.ggml_backend_cpu_buffer_type.argtypes = []
+    return int(lib.ggml_backend_cpu_buffer_type())
+
+
+class _PlacementArrays:
+    """The C arrays `llama_model_params` borrows for experts in RAM and the GPU split. They
+    live as long as the model: llama.cpp keeps pointers to them."""
+
+    def __init__(self, params: LlamaParams) -> None:
+        patterns = [p.encode() for p in expert_override_patterns(params.n_cpu_moe)]
+        self._patterns = patterns
+        self.overrides: ctypes.Array[TensorBuftOverride] | None = None
+        if patterns:
+            buft = _cpu_buffer_type()
+            self.overrides = (TensorBuftOverride * (len(patterns) + 1))(
+                *[TensorBuftOverride(p, buft) for p in patterns], TensorBuftOverride(None, None))
+        self.split: ctypes.Array[ctypes.c_float] | None = None
+        if params.tensor_split:
+            n_max = int(L.llama_max_devices())
+            if len(params.tensor_split) > n_max:
+                raise SettingsError(f"a tensor split over {len(params.tensor_split)} GPUs, but "
+                                    f"llama.cpp handles at most {n_max}")
+            # llama.cpp reads llama_max_devices() entries, so the rest are zeros.
+            self.split = (ctypes.c_float * n_max)(*params.tensor_split)
+
+    def apply(self, mp: L.llama_model_params) -> None:
+        # The binding's type hints call both fields arrays; its _fields_ (what ctypes obeys)
+        # make them a void pointer and a float pointer.
+        if self.overrides is not None:
+            mp.tensor_buft_overrides = ctypes.cast(  # type: ignore[assignment]
+                self.overrides, ctypes.c_void_p).value
+        if self.split is not None:
+            mp.tensor_split = ctypes.cast(  # type: ignore[assignment]
+                self.split, ctypes.POINTER(ctypes.c_float))
+
+
 def _first_reason(captured: list[str]) -> str:
     """The reason llama.cpp gave for a failure, from the text it logged meanwhile."""
     return first_reason("".join(captured))
@@ -136,15 +191,16 @@ class LlamaModel:
         self.bos = int(L.llama_vocab_bos(self.vocab))
         self.eos = int(L.llama_vocab_eos(self.vocab))
         self.add_bos = bool(L.llama_vocab_get_add_bos(self.vocab))
-        # Cells can be shared and cut at any position only in a plain attention cache:
-        # recurrent state and sliding-window caches (cells outside the window get reused)
-        # cannot hand a prefix to another sequence.
-        self.shares_prefixes = not (L.llama_model_is_recurrent(ptr) or L.llama_model_is_hybrid(ptr)
-                                    or L.llama_model_n_swa(ptr) > 0)
+        # Cells can be shared and cut at any position only in an attention cache: recurrent
+        # state cannot hand a prefix to another sequence. A sliding-window cache can, while
+        # the window before the cut is still there (KvSlots checks `seq_pos_min`).
+        self.shares_prefixes = not (L.llama_model_is_recurrent(ptr) or L.llama_model_is_hybrid(ptr))
+        self.n_swa = int(L.llama_model_n_swa(ptr))  # sliding window in tokens; 0: none
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self._eog = np.array([bool(L.llama_vocab_is_eog(self.vocab, t)) for t in range(self.n_vocab)])
         self._piece_buf = ctypes.create_string_buffer(256)
         self.load_log = ""  # what llama.cpp logged while loading (buffer sizes, notes)
+        self._placement: _PlacementArrays | None = None  # borrowed by llama.cpp: keep
 
     @classmethod
     def load(cls, path: Path, params: LlamaParams,
@@ -154,6 +210,10 @@ class LlamaModel:
         mp = L.llama_model_default_params()
         mp.n_gpu_layers = params.n_gpu_layers
         mp.load_mode = params.load_mode
+        mp.split_mode = params.split_mode
+        mp.main_gpu = params.main_gpu
+        placement = _PlacementArrays(params)
+        placement.apply(mp)
 
         def progress(fraction: float, _user: ctypes.c_void_p) -> bool:
             if on_progress is None:
@@ -175,7 +235,12 @@ class LlamaModel:
                                               f"architecture ({reason})")
             raise LoadError(f"llama.cpp could not load {shown(path.name)}: {shown(reason)}")
         model = cls(ptr, path)
+        model._placement = placement
         model.load_log = "".join(captured)
+        if params.n_cpu_moe != CPU_MOE_ALL and params.n_cpu_moe > model.n_layer:
+            model.close()
+            raise SettingsError(f"MoE experts on CPU: {params.n_cpu_moe} layers asked for, but "
+                                f"{shown(path.name)} has {model.n_layer}")
         return model
 
     @property
@@ -404,6 +469,7 @@ class LlamaContext:
         cp.kv_unified = params.kv_unified
         cp.offload_kqv = params.offload_kqv
         cp.no_perf = params.no_perf
+        cp.swa_full = params.swa_full
         with log.capture() as captured:
             ptr = L.llama_init_from_model(model.ptr, cp)
         self.init_log = "".join(captured)
@@ -415,6 +481,9 @@ class LlamaContext:
         self.n_ctx = int(L.llama_n_ctx(ptr))
         self.n_batch = int(L.llama_n_batch(ptr))
         self.n_seq_max = int(L.llama_n_seq_max(ptr))
+        self.n_ubatch = int(L.llama_n_ubatch(ptr))
+        # Tokens a sliding-window layer sees; 0 when every layer keeps the whole context.
+        self.swa_window = 0 if params.swa_full else model.n_swa
         self.memory = L.llama_get_memory(ptr)
         self._view_key: tuple[int, int] = (0, 0)
         self._view: np.ndarray = np.zeros((0, self.n_vocab), dtype=np.float32)
@@ -476,6 +545,40 @@ class LlamaContext:
 
     def seq_pos_max(self, seq_id: int) -> int:
         return int(L.llama_memory_seq_pos_max(self.memory, seq_id))
+
+    # llama_pos llama_memory_seq_pos_min(llama_memory_t mem, llama_seq_id seq_id);
+    def seq_pos_min(self, seq_id: int) -> int:
+        """The oldest position the sequence still holds (-1: none). A sliding-window cache
+        drops old cells and everything older with them, so the sequence always holds
+        exactly [seq_pos_min, seq_pos_max]."""
+        return int(L.llama_memory_seq_pos_min(self.memory, seq_id))
+
+    # size_t llama_state_seq_get_size(struct llama_context * ctx, llama_seq_id seq_id);
+    # size_t llama_state_seq_get_data(struct llama_context * ctx, uint8_t * dst, size_t size,
+    #                                 llama_seq_id seq_id);
+    def state_seq_get(self, seq_id: int) -> bytes:
+        """One sequence's cells (positions, K and V rows in the cache's own types) as bytes;
+        b"" when it holds none or llama.cpp could not write them (it logs why)."""
+        size = int(L.llama_state_seq_get_size(self.ptr, seq_id))
+        if size <= 0:
+            return b""
+        buf = (ctypes.c_uint8 * size)()
+        written = int(L.llama_state_seq_get_data(self.ptr, buf, size, seq_id))
+        return bytes(memoryview(buf)[:written]) if written > 0 else b""
+
+    # size_t llama_state_seq_set_data(struct llama_context * ctx, const uint8_t * src,
+    #                                 size_t size, llama_seq_id dest_seq_id);  0: failed
+    def state_seq_set(self, seq_id: int, data: bytes) -> bool:
+        """Put cells saved by `state_seq_get` into `seq_id` (whose cells are dropped first).
+        False when llama.cpp refused them (wrong layer count, types, too few free cells);
+        then the sequence holds nothing."""
+        if not data:
+            return False
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if int(L.llama_state_seq_set_data(self.ptr, buf, len(data), seq_id)) > 0:
+            return True
+        self.seq_rm(seq_id, -1, -1)
+        return False
 
     def clear(self) -> None:
         L.llama_memory_clear(self.memory, True)

@@ -15,6 +15,11 @@ The context always gets `n_seq_max = n_parallel` slots over one *unified* KV cac
 scheduler batches sequences continuously and shares prefix cells between them with
 `llama_memory_seq_cp`, which only shares cells (instead of copying them) when every sequence
 lives in the same stream.
+
+Sliding-window layers get a cache of their true size (`swa_full` off, as llama-server runs
+them): Gemma-3-27B at 128K keeps ~11 GiB instead of ~62 GiB — except while speculative
+drafting is set up (`runtime.planner.plan.full_window_cache` says why). Such a cache drops
+cells that slid out of the window, so reusing prefixes needs care (`runtime.engine.kv_slots`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from runtime.gguf.info import EXPERT_TENSOR
+from runtime.planner.plan import full_window_cache
 from runtime.settings.load import LoadSettings
 
 # ggml_type ids (ggml.h) of the KV cache types Outrider offers.
@@ -49,6 +56,12 @@ FLASH_ATTN_ON = 1
 LOAD_MODE_NONE = 0
 LOAD_MODE_MMAP = 1
 
+# enum llama_split_mode
+SPLIT_MODE_NONE = 0  # the whole model on main_gpu
+SPLIT_MODE_LAYER = 1  # blocks spread over the GPUs by tensor_split
+
+CPU_MOE_ALL = -1  # LlamaParams.n_cpu_moe: every block's experts in RAM
+
 
 @dataclass(frozen=True)
 class LlamaParams:
@@ -71,6 +84,14 @@ class LlamaParams:
     offload_kqv: bool
     no_perf: bool
     notes: tuple[str, ...] = ()
+    # False: sliding-window layers keep window·n_seq + ubatch cells, not the whole context
+    # (llama-server's default; llama_context_default_params says true).
+    swa_full: bool = False
+    # llama_model_params: several GPUs, and experts kept in RAM (`expert_override_patterns`)
+    split_mode: int = SPLIT_MODE_LAYER
+    main_gpu: int = 0
+    tensor_split: tuple[float, ...] = ()  # empty: by free memory
+    n_cpu_moe: int = 0  # blocks whose experts stay in RAM, CPU_MOE_ALL for all
 
 
 def default_threads(cpu_count: int | None = None) -> int:
@@ -95,15 +116,32 @@ def default_threads(cpu_count: int | None = None) -> int:
     return max(1, cpu_count)
 
 
+def expert_override_patterns(n_cpu_moe: int) -> tuple[str, ...]:
+    """The tensor-name regexes whose tensors llama.cpp must put in the CPU buffer type, as
+    common/arg.cpp builds them for --cpu-moe (all) and --n-cpu-moe N (one per block).
+
+        >>> expert_override_patterns(2)
+        ('blk\\.0\\.ffn_(up|down|gate|gate_up)_(ch|)exps', 'blk\\.1\\.ffn_(up|down|gate|gate_up)_(ch|)exps')
+        >>> expert_override_patterns(CPU_MOE_ALL)
+        ('\\.ffn_(up|down|gate|gate_up)_(ch|)exps',)
+    """
+    if n_cpu_moe == CPU_MOE_ALL:
+        return (EXPERT_TENSOR,)
+    return tuple(f"blk\\.{il}{EXPERT_TENSOR}" for il in range(n_cpu_moe))
+
+
 def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, *,
-                    cpu_count: int | None = None) -> LlamaParams:
+                    cpu_count: int | None = None,
+                    plan_cpu_moe: int | None = None) -> LlamaParams:
     """The llama.cpp parameters for `settings`.
 
     GPU layers: the user's number wins; with "auto" (None) the memory planner's
     `plan_gpu_layers` is used, and without a plan the model stays on the CPU (said in notes).
     A quantized V cache needs flash attention, so it is switched on (and said) even where the
     user chose "auto" or "off". The batch is never larger than the context, the micro-batch
-    never larger than the batch.
+    never larger than the batch. MoE experts on CPU: "all" or a count as given; "auto"
+    takes the planner's `plan_cpu_moe`; without it, all experts of a model with GPU layers
+    stay in RAM (the GPU layers were planned for at most that much in VRAM). `main_gpu` puts the whole model on that GPU (llama.cpp's split mode "none").
     """
     notes: list[str] = []
     if settings.gpu_layers is not None:
@@ -128,6 +166,19 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
     threads = settings.n_threads if settings.n_threads is not None else default_threads(cpu_count)
     threads_batch = settings.n_threads_batch if settings.n_threads_batch is not None else threads
 
+    if settings.cpu_moe == "all":
+        n_cpu_moe = CPU_MOE_ALL
+    elif settings.cpu_moe != "auto":
+        n_cpu_moe = settings.cpu_moe
+    elif plan_cpu_moe is not None:
+        n_cpu_moe = plan_cpu_moe
+    elif n_gpu_layers == 0:
+        n_cpu_moe = 0  # every block is in RAM already
+    else:  # GPU layers planned for some count of experts in RAM: all of them is the safe side
+        n_cpu_moe = CPU_MOE_ALL
+        notes.append("MoE experts on CPU: auto without the planner's count, so all stay in "
+                     "RAM (a dense model is not affected)")
+
     return LlamaParams(
         n_gpu_layers=n_gpu_layers,
         load_mode=LOAD_MODE_MMAP if settings.use_mmap else LOAD_MODE_NONE,
@@ -144,4 +195,9 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
         offload_kqv=True,
         no_perf=True,
         notes=tuple(notes),
+        split_mode=SPLIT_MODE_LAYER if settings.main_gpu is None else SPLIT_MODE_NONE,
+        main_gpu=settings.main_gpu or 0,
+        tensor_split=tuple(float(x) for x in settings.tensor_split or ()),
+        n_cpu_moe=n_cpu_moe,
+        swa_full=full_window_cache(settings),
     )

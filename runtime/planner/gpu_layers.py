@@ -15,14 +15,16 @@ The engine asks this on each load with `gpu_layers` None ("auto"); `runtime.engi
 wires it in, and the server's `/api/status` shows the whole plan (`plan_load`). Both read the
 model's header, and the draft model's (its memory counts too), nothing more. A file the
 planner cannot read gives None and the engine keeps the model on the CPU, saying so in its
-notes: the plan is advice, so a model the planner cannot read still loads.
+notes: the plan is advice, so a model the planner cannot read still loads. Settings the
+plan refuses (a tensor split over GPUs this machine lacks, more expert layers than the model
+has) are a `SettingsError`, as they would be at load.
 """
 
 from __future__ import annotations
 
 import logging
 
-from runtime.errors import OutriderError
+from runtime.errors import OutriderError, SettingsError
 from runtime.gguf.info import read_model_info
 from runtime.planner.devices import Device
 from runtime.planner.plan import MemoryPlan, plan_memory
@@ -40,6 +42,8 @@ def plan_load(settings: LoadSettings, devices: list[Device] | None = None) -> Me
         if settings.draft.kind == "model" and settings.draft.model_path is not None:
             draft = read_model_info(settings.draft.model_path)
         return plan_memory(info, settings, devices, draft=draft)
+    except SettingsError:
+        raise  # the settings are wrong for this model or machine (a split over absent GPUs)
     except (OutriderError, OSError, ValueError) as exc:
         log.info("no memory plan for %s: %s", settings.model_path, exc)
         return None

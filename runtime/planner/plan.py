@@ -11,11 +11,14 @@ llama-context.cpp of the vendored build):
 
 - weights: the tensor bytes of each block on the device that holds the block. llama.cpp
   offloads from the top: `gpu_layers = n` puts the output layer and the last n - 1 blocks
-  on the GPU(s) (split between GPUs by free memory); token embeddings always stay in RAM.
+  on the GPU(s) (split between GPUs by `tensor_split`, else by free memory; `main_gpu`
+  takes them all); token embeddings always stay in RAM. MoE models: the routed expert
+  tensors of the first `cpu_moe` blocks stay in RAM wherever their block goes (llama.cpp's
+  --n-cpu-moe tensor overrides); "auto" picks the count as --fit does (`_fit_cpu_moe`).
 - KV cache: `kv_cells` = n_ctx rounded up to 256 cells, each layer's cache on its layer's
   device. Per token and layer it holds n_head_kv × (key_length × bytes(type_k) +
   value_length × bytes(type_v)): see `kv_bytes_per_token`. Sliding-window layers hold only
-  window + ubatch cells when `swa_full` is off (llama.cpp's default keeps it on).
+  window·n_seq + ubatch cells with `swa_full` off, as the engine and llama-server load them.
 - compute: the graph's scratch buffer, peak of three phases for one ubatch of `ub` tokens
   (4 = bytes per f32):  logits 4·ub·(n_vocab + 2·n_embd);  attention mask + 4·ub·(5·n_embd +
   2·n_embd_kv), plus without flash attention the scores 4·ub·n_kv·n_head;  feed-forward
@@ -93,6 +96,10 @@ class MemoryPlan:
     n_ubatch: int
     devices: tuple[DeviceUsage, ...]
     notes: tuple[str, ...] = ()
+    cpu_moe_layers: int = 0  # blocks whose routed experts stay in RAM (as planned or chosen)
+    swa_layers: int = 0  # sliding-window blocks holding fewer cells than the context
+    swa_cells: int = 0  # cells each of them keeps (window·n_seq + ubatch, padded to 256)
+    n_blocks: int = 0  # transformer blocks (n_layers counts the output layer too)
 
     @property
     def weights(self) -> int:
@@ -119,6 +126,8 @@ class MemoryPlan:
         head = _VERDICT_TEXT[self.verdict]
         if self.verdict == "partial":
             head += f" ({self.gpu_layers} of {self.n_layers} layers on GPU)"
+        if self.cpu_moe_layers:
+            head += f", experts of {self.cpu_moe_layers} layers in RAM"
         other = f", other {fmt_bytes(self.overhead)}" if self.overhead else ""
         return (f"{head}: {fmt_bytes(self.total)} (weights {fmt_bytes(self.weights)}, "
                 f"KV {fmt_bytes(self.kv)}, compute {fmt_bytes(self.compute)}{other}); "
@@ -170,6 +179,19 @@ def kv_cells(n_ctx: int) -> int:
     return -(-n_ctx // KV_CELL_PAD) * KV_CELL_PAD
 
 
+def full_window_cache(settings: LoadSettings) -> bool:
+    """Whether sliding-window layers keep the whole context (llama.cpp's `swa_full`).
+
+    Off — their true size, as llama-server loads them — unless speculative drafting is set
+    up. Rolling back rejected drafts in a window cache is exact when one sequence runs
+    (llama.cpp picks a micro-batch's cells against each sequence's position before it), but
+    with several sequences in flight the distribution test of tests/engine/test_swa.py saw a
+    sample the target gives probability 0: until that is understood, drafting keeps the
+    full-size cache it always had (the price: Gemma-3 at 32K keeps 5× the KV).
+    """
+    return settings.draft.kind != "none"
+
+
 def layer_kv_cells(info: ModelInfo, cells: int, n_ubatch: int, n_seq: int,
                    swa_full: bool) -> tuple[int, ...]:
     """Cells per layer: sliding-window layers keep window·n_seq + ubatch (llama_kv_cache_iswa)."""
@@ -205,16 +227,24 @@ def flash_attn_on(settings: LoadSettings) -> bool:
 
 
 def plan_memory(info: ModelInfo, settings: LoadSettings, devices: list[Device] | None = None,
-                draft: ModelInfo | None = None, *, swa_full: bool = True) -> MemoryPlan:
+                draft: ModelInfo | None = None, *, swa_full: bool | None = None) -> MemoryPlan:
     """Plan `info` loaded with `settings` against the free memory of `devices` (pure, given
     devices; None lists this machine's now).
 
     `settings.gpu_layers` None means auto: as many layers on the GPU(s) as fit. A requested
     count that does not fit gives "wont_fit" with `recommended_gpu_layers` saying what would.
+    `swa_full` None: as the engine loads it (`full_window_cache`).
     """
+    if swa_full is None:
+        swa_full = full_window_cache(settings)
     if devices is None:
         devices = list_devices()
     cpu, gpus = _split_devices(devices)
+    _check_gpu_split(settings, gpus)
+    if settings.cpu_moe == "auto":
+        settings = dataclasses.replace(
+            settings, cpu_moe=_fit_cpu_moe(info, settings, cpu, gpus, draft, swa_full))
+    n_cpu_moe = settings.cpu_moe_layers(info.block_count) if info.is_moe else 0
     n_layers = info.n_layers_offloadable
     notes: list[str] = []
     if settings.gpu_layers is None:
@@ -257,19 +287,33 @@ def plan_memory(info: ModelInfo, settings: LoadSettings, devices: list[Device] |
         max_context=_max_context(info, settings, chosen, cpu, gpus, draft, swa_full),
         kv_bytes_per_token=kv_bytes_per_token(info, settings.type_k, settings.type_v),
         flash_attn=flash_attn_on(settings), n_ubatch=_ubatch(settings),
-        devices=tuple(usage), notes=tuple(notes))
+        devices=tuple(usage), notes=tuple(notes), cpu_moe_layers=n_cpu_moe,
+        **_swa_shape(info, settings, swa_full))
+
+
+def _swa_shape(info: ModelInfo, settings: LoadSettings, swa_full: bool) -> dict[str, int]:
+    """How many blocks keep a sliding window's cells instead of the context's, and how many."""
+    cells = kv_cells(settings.n_ctx)
+    per_layer = layer_kv_cells(info, cells, _ubatch(settings), settings.n_parallel, swa_full)
+    short = [n for n in per_layer if n < cells]
+    return {"swa_layers": len(short), "swa_cells": short[0] if short else 0,
+            "n_blocks": info.block_count}
 
 
 def max_context(info: ModelInfo, settings: LoadSettings, devices: list[Device] | None = None,
                 draft: ModelInfo | None = None, gpu_layers: int | None = None,
-                *, swa_full: bool = True) -> int:
+                *, swa_full: bool | None = None) -> int:
     """The largest context (a multiple of 256, up to the training context or the asked one,
     whichever is larger) that fits with `gpu_layers` (default: the plan's); 0 if none."""
+    if swa_full is None:
+        swa_full = full_window_cache(settings)
     if devices is None:
         devices = list_devices()
     cpu, gpus = _split_devices(devices)
-    if gpu_layers is None:
-        gpu_layers = plan_memory(info, settings, devices, draft, swa_full=swa_full).gpu_layers
+    if gpu_layers is None or settings.cpu_moe == "auto":
+        plan = plan_memory(info, settings, devices, draft, swa_full=swa_full)
+        gpu_layers = plan.gpu_layers if gpu_layers is None else gpu_layers
+        settings = dataclasses.replace(settings, cpu_moe=plan.cpu_moe_layers)
     return _max_context(info, settings, min(gpu_layers, info.n_layers_offloadable) if gpus else 0,
                         cpu, gpus, draft, swa_full)
 
@@ -290,6 +334,52 @@ def _max_context(info: ModelInfo, settings: LoadSettings, gpu_layers: int, cpu: 
     return lo * KV_CELL_PAD
 
 
+def _fit_cpu_moe(info: ModelInfo, settings: LoadSettings, cpu: Device, gpus: list[Device],
+                 draft: ModelInfo | None, swa_full: bool) -> int:
+    """"Auto" experts in RAM, as llama.cpp's --fit (common/fit.cpp) chooses them: every layer
+    on the GPU(s) (or the layers asked for) with the experts of as few leading blocks in
+    RAM as the chosen context allows; when not even all of them in RAM lets every layer
+    fit, all stay there and the GPU layers are cut instead (dense-only layers back to front).
+
+    A 48-block Qwen3-30B-A3B at Q4_K_M (~17 GiB, 16.5 of them experts) on a 12 GiB GPU at
+    8K: the attention and shared weights of all 48 blocks plus the experts of the last ~14
+    fit, so N ≈ 34 (llama.cpp's `--n-cpu-moe 34`). Without a GPU or experts: 0.
+    """
+    if not gpus or not info.is_moe:
+        return 0
+    layers = info.n_layers_offloadable if settings.gpu_layers is None else settings.gpu_layers
+    for n in range(info.block_count + 1):  # memory falls as n grows: the first fit is the most
+        trial = dataclasses.replace(settings, cpu_moe=n)
+        if _fits(_usage(info, trial, layers, cpu, gpus, draft, swa_full)):
+            return n
+    return info.block_count
+
+
+def _check_gpu_split(settings: LoadSettings, gpus: list[Device]) -> None:
+    """A tensor split or main GPU must name GPUs that exist here: one-line errors."""
+    split = settings.tensor_split
+    if split is not None and len(split) > len(gpus):
+        have = f"{len(gpus)} GPU" + ("" if len(gpus) == 1 else "s") if gpus else "no GPU"
+        raise SettingsError(f"the tensor split names {len(split)} GPUs, but this machine has "
+                            f"{have}")
+    if settings.main_gpu is not None and settings.main_gpu >= len(gpus):
+        have = f"GPUs 0 to {len(gpus) - 1}" if len(gpus) > 1 else ("GPU 0" if gpus else "no GPU")
+        raise SettingsError(f"main GPU {settings.main_gpu} does not exist: this machine has "
+                            f"{have}")
+
+
+def _gpu_shares(settings: LoadSettings, gpus: list[Device]) -> list[float]:
+    """Each GPU's share of the offloaded layers, as llama.cpp's load_tensors takes them: the
+    main GPU alone (split mode none), the tensor split (missing GPUs get 0), or, when the
+    split is unset or all zeros, each GPU's free memory."""
+    if settings.main_gpu is not None:
+        return [float(i == settings.main_gpu) for i in range(len(gpus))]
+    split = list(settings.tensor_split or ())
+    if any(split):
+        return [float(x) for x in split] + [0.0] * (len(gpus) - len(split))
+    return [float(max(g.free_bytes, 1)) for g in gpus]
+
+
 def _split_devices(devices: list[Device]) -> tuple[Device, list[Device]]:
     cpus = [d for d in devices if d.kind == "cpu"]
     if not cpus:
@@ -301,16 +391,19 @@ def _ubatch(settings: LoadSettings) -> int:
     return min(settings.n_ubatch, settings.n_batch, settings.n_ctx)
 
 
-def _layer_devices(info: ModelInfo, gpu_layers: int, gpus: list[Device]) -> list[int]:
+def _layer_devices(info: ModelInfo, gpu_layers: int, gpus: list[Device],
+                   shares: list[float] | None = None) -> list[int]:
     """Device index (-1 = CPU, else into `gpus`) of blocks 0..n-1 and, last, the output layer.
 
-    As llama.cpp's load_tensors: i_gpu_start = n_layer + 1 - gpu_layers, and GPU layers are
-    split by cumulative free-memory fractions.
+    As llama.cpp's load_tensors: i_gpu_start = n_layer + 1 - gpu_layers, and layer i goes to
+    the first GPU whose cumulative share exceeds (i - i_gpu_start) / gpu_layers. A 3:1 split
+    of 32 blocks + output over two GPUs: 25 layers on the first, 8 (with the output) on the
+    second. `shares` default to free memory (`_gpu_shares`).
     """
     n = info.block_count
     if not gpus or gpu_layers <= 0:
         return [-1] * (n + 1)
-    free = [max(g.free_bytes, 1) for g in gpus]
+    free = shares if shares is not None else [float(max(g.free_bytes, 1)) for g in gpus]
     bounds = [sum(free[:i + 1]) / sum(free) for i in range(len(gpus))]
     start = max(n + 1 - gpu_layers, 0)
     active = min(gpu_layers, n + 1)
@@ -332,19 +425,23 @@ def _usage(info: ModelInfo, settings: LoadSettings, gpu_layers: int, cpu: Device
     n_dev = len(gpus) + 1  # index -1 (CPU) is stored last
     weights, kv, compute, extra = [0] * n_dev, [0] * n_dev, [0] * n_dev, [0] * n_dev
 
-    placement = _layer_devices(info, gpu_layers, gpus)
+    placement = _layer_devices(info, gpu_layers, gpus, _gpu_shares(settings, gpus))
     per_token = kv_layer_bytes_per_token(info, settings.type_k, settings.type_v)
     per_layer_cells = layer_kv_cells(info, cells, ub, settings.n_parallel, swa_full)
+    n_cpu_moe = settings.cpu_moe_layers(info.block_count) if info.is_moe else 0
     weights[-1] += info.input_bytes
     for il, dev in enumerate(placement[:-1]):
-        weights[dev] += info.tensor_bytes_by_layer[il]
+        experts = info.expert_bytes(il) if il < n_cpu_moe else 0  # overridden into RAM
+        weights[dev] += info.tensor_bytes_by_layer[il] - experts
+        weights[-1] += experts
         kv[dev] += per_token[il] * per_layer_cells[il]
     out_dev = placement[-1]
     weights[out_dev] += info.output_bytes
     if info.tied_embeddings and out_dev != -1:
         weights[out_dev] += info.input_bytes  # llama.cpp copies token_embd as the output head
     for dev in {*placement, -1}:  # the CPU always computes the input embeddings
-        has_layers = dev in placement[:-1]
+        # The CPU runs the matmuls of experts it holds for GPU blocks (not calibrated).
+        has_layers = dev in placement[:-1] or (dev == -1 and n_cpu_moe > 0)
         compute[dev] = compute_bytes(info, cells, ub, flash, settings.n_parallel,
                                      with_logits=dev == out_dev, with_layers=has_layers)
     host = host_overhead(info)

@@ -45,9 +45,11 @@ def step_json(step: StepStats) -> dict[str, Any]:
 
 def finish_json(done: Finished) -> dict[str, Any]:
     """The `outrider` object of a choice's last chunk. Its usage also says how many prompt
-    tokens middle truncation dropped (never silently)."""
+    tokens middle truncation dropped (never silently) and how many of the cached ones were
+    read back from a saved KV cache (`timings.restore_s` says how long that took)."""
     usage = usage_json({done.index: done})
     usage["truncated_tokens"] = getattr(done.usage, "truncated_tokens", 0)
+    usage["resumed_tokens"] = getattr(done.usage, "resumed_tokens", 0)
     return {"timings": to_jsonable(done.timings), "usage": usage,
             "speculative": to_jsonable(done.speculative)}
 

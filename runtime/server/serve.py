@@ -34,6 +34,7 @@ import uvicorn.config
 
 from runtime.engine.api import EngineAPI
 from runtime.engine.build import build_engine
+from runtime.engine.kv_store import KvStoreOptions
 from runtime.errors import PortInUse, SettingsError
 from runtime.server.app import create_app
 from runtime.server.metrics import plan_for
@@ -56,6 +57,7 @@ class ServeOptions:
     allow_any_path: bool = False
     limits: ServerLimits = field(default_factory=ServerLimits)
     log_level: str = "info"
+    saved_kv: KvStoreOptions | None = None  # idle conversations' KV caches on disk
 
 
 def is_loopback(host: str) -> bool:
@@ -164,12 +166,12 @@ def _log_config(level: str) -> dict[str, Any]:
 
 
 def serve(options: ServeOptions,
-          engine_factory: Callable[[], EngineAPI] = build_engine) -> int:
+          engine_factory: Callable[[], EngineAPI] | None = None) -> int:
     """Bind, load the start-up model if any, serve until stopped. Returns the exit code.
     `engine_factory` is for tests (a fake engine); everyone else gets `build_engine`'s."""
     check_exposure(options.host, options.api_key)
     sock = bind_socket(options.host, options.port)
-    engine = engine_factory()
+    engine = engine_factory() if engine_factory is not None else build_engine(options.saved_kv)
     try:
         engine.start()
         plan = None

@@ -78,6 +78,13 @@ class LoadSettings:
     n_parallel: int = 1
     use_mmap: bool = True
     draft: DraftSettings = field(default_factory=DraftSettings)
+    # Mixture-of-experts models: the expert FFN tensors of the first `cpu_moe` blocks stay in
+    # RAM (llama.cpp's --n-cpu-moe N; "all" = --cpu-moe; "auto" = the planner's fit).
+    cpu_moe: int | Literal["all", "auto"] = 0
+    # Several GPUs: each GPU's share of the offloaded layers (llama.cpp's --tensor-split,
+    # None = by free memory), or the whole model on one GPU (main_gpu: --split-mode none).
+    tensor_split: tuple[float, ...] | None = None
+    main_gpu: int | None = None
 
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
@@ -97,6 +104,34 @@ class LoadSettings:
             raise SettingsError("batch sizes must be at least 1")
         if self.n_parallel < 1 or self.n_parallel > 256:
             raise SettingsError(f"parallel sequences must be 1..256, not {self.n_parallel}")
+        if self.cpu_moe not in ("all", "auto") and (
+                isinstance(self.cpu_moe, bool) or not isinstance(self.cpu_moe, int)
+                or self.cpu_moe < 0):
+            raise SettingsError(f"MoE experts on CPU must be all, auto or a layer count 0 or "
+                                f"more, not {self.cpu_moe!r}")
+        if self.tensor_split is not None:
+            _check_tensor_split(self.tensor_split)
+            if self.main_gpu is not None:
+                raise SettingsError("give either a tensor split over several GPUs or one main "
+                                    "GPU for the whole model, not both")
+        if self.main_gpu is not None and self.main_gpu < 0:
+            raise SettingsError(f"main GPU must be a GPU index 0 or more, not {self.main_gpu}")
+
+    def cpu_moe_layers(self, block_count: int) -> int:
+        """How many blocks keep their experts in RAM, for a model of `block_count` blocks
+        (auto counts as none: the planner resolves it before anything is loaded).
+
+            >>> LoadSettings(model_path=Path("m.gguf"), cpu_moe="all").cpu_moe_layers(48)
+            48
+        """
+        if self.cpu_moe == "all":
+            return block_count
+        if self.cpu_moe == "auto":
+            return 0
+        if self.cpu_moe > block_count:
+            raise SettingsError(f"MoE experts on CPU: {self.cpu_moe} layers asked for, but the "
+                                f"model has {block_count}")
+        return self.cpu_moe
 
     @property
     def kv_quantized(self) -> bool:
@@ -113,6 +148,8 @@ class LoadSettings:
         if "model_path" not in data:
             raise SettingsError("load settings need model_path")
         data["model_path"] = Path(data["model_path"])
+        if isinstance(data.get("tensor_split"), list):
+            data["tensor_split"] = tuple(data["tensor_split"])
         if "draft" in data and isinstance(data["draft"], dict):
             draft = dict(data["draft"])
             dknown = {f.name for f in dataclasses.fields(DraftSettings)}
@@ -133,3 +170,15 @@ class LoadSettings:
         if self.draft.model_path is not None:
             out["draft"]["model_path"] = str(self.draft.model_path)
         return out
+
+
+def _check_tensor_split(split: tuple[float, ...]) -> None:
+    """A split is each GPU's share: any positive total ("3,1" is 75% / 25%), none negative."""
+    if not split:
+        raise SettingsError("a tensor split needs one share per GPU, e.g. 3,1")
+    if any(not isinstance(x, int | float) or isinstance(x, bool) or x != x or x < 0
+           for x in split):
+        raise SettingsError(f"tensor split shares must be numbers 0 or more, not "
+                            f"{', '.join(map(str, split))}")
+    if sum(split) <= 0:
+        raise SettingsError("a tensor split must give at least one GPU a share above 0")

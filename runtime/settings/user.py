@@ -52,6 +52,7 @@ QUANT_LEVELS: tuple[str, ...] = ("Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "IQ4_XS", "
 Theme = Literal["system", "light", "dark"]
 THEMES: tuple[str, ...] = ("system", "light", "dark")
 MAX_PARALLEL_DOWNLOADS = 8
+MAX_SAVED_KV_GIB = 1024
 
 
 @dataclass(frozen=True)
@@ -154,10 +155,16 @@ class AppSettings:
     server_api_key: Secret | None = None
     models: Mapping[str, ModelPrefs] = field(default_factory=dict)  # str(path) → prefs
     highlight_drafts: bool = False  # the chat's "Draft tokens" toggle: tint accepted drafts
+    # Disk the engine may fill with idle conversations' KV caches, to resume them without a
+    # prefill (runtime.engine.kv_store; `outrider serve --saved-kv-gib`). 0: none kept.
+    saved_kv_gib: float = 4.0
 
     def __post_init__(self) -> None:
         if self.theme not in THEMES:
             raise SettingsError(f"theme must be one of {', '.join(THEMES)}, not {self.theme!r}")
+        if not 0 <= self.saved_kv_gib <= MAX_SAVED_KV_GIB:
+            raise SettingsError(f"the saved KV cache budget must be 0..{MAX_SAVED_KV_GIB} GiB, "
+                                f"not {self.saved_kv_gib}")
         if self.models_dir is not None and not Path(self.models_dir).is_absolute():
             raise SettingsError(f"the models folder must be an absolute path, not {self.models_dir}")
 
@@ -201,6 +208,7 @@ def settings_to_toml(settings: AppSettings) -> dict[str, Any]:
         out["models_dir"] = str(settings.models_dir)
     out["theme"] = settings.theme
     out["highlight_drafts"] = settings.highlight_drafts
+    out["saved_kv_gib"] = settings.saved_kv_gib
     for name in ("hub", "server", "fit"):
         out[name] = _plain(dataclasses.asdict(getattr(settings, name)))
     models: dict[str, Any] = {}
@@ -297,7 +305,13 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         options = [a for a in get_args(tp) if a is not type(None)]
         if len(options) == 1:
             return _coerce(value, options[0], name)
-        raise SettingsError(f"{name}: unsupported setting type {tp}")  # pragma: no cover
+        problems = []
+        for option in options:  # int | Literal["all", "auto"]: the first that takes it
+            try:
+                return _coerce(value, option, name)
+            except SettingsError as exc:
+                problems.append(str(exc).removeprefix(f"{name} must be ").split(", not ")[0])
+        raise SettingsError(f"{name} must be {' or '.join(problems)}, not {value!r}")
     if origin is Literal:
         if value not in get_args(tp):
             allowed = ", ".join(str(a) for a in get_args(tp))

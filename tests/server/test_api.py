@@ -85,7 +85,7 @@ def test_chat_completion_shape_and_usage(client: TestClient) -> None:
     (extra,) = body["outrider"]["choices"]
     assert len(extra["token_ids"]) == len(extra["from_draft"]) == 12
     assert set(extra["timings"]) == {"ttft_s", "prefill_tokens_per_s", "decode_tokens_per_s",
-                                     "total_s"}
+                                     "total_s", "restore_s"}
 
 
 def test_second_request_reports_cached_prompt_tokens(client: TestClient) -> None:

@@ -122,14 +122,14 @@ def test_tiny_target_kv_per_token(tiny_target: Path) -> None:
     assert kv_bytes_per_token(read_model_info(tiny_target)) == 4 * 2 * (32 * 2 + 32 * 2)
 
 
-def test_sliding_window_layers_cap_at_their_window_when_asked() -> None:
+def test_sliding_window_layers_cap_at_their_window_by_default() -> None:
     gemma = replace(SMOLLM2_SHAPE, n_head_kv=(3,) * 6, block_count=6,
                     tensor_bytes_by_layer=(1,) * 6, sliding_window=1024,
                     swa_layers=(True,) * 5 + (False,))
-    full = plan_memory(gemma, settings(n_ctx=32768), [cpu(64)])
-    capped = plan_memory(gemma, settings(n_ctx=32768), [cpu(64)], swa_full=False)
+    full = plan_memory(gemma, settings(n_ctx=32768), [cpu(64)], swa_full=True)
+    capped = plan_memory(gemma, settings(n_ctx=32768), [cpu(64)])  # as the engine loads it
     per_layer = 768
-    assert full.kv == 6 * per_layer * 32768  # llama.cpp's default keeps the full SWA cache
+    assert full.kv == 6 * per_layer * 32768  # llama_context_default_params' full SWA cache
     # window 1024 + ubatch 512, padded to 256: 1536 cells on the five SWA layers.
     assert capped.kv == per_layer * (5 * 1536 + 32768)
 

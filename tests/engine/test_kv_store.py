@@ -1,0 +1,213 @@
+"""Saved KV caches (runtime.engine.kv_store): a conversation resumes from disk after the
+engine restarts, token-identical to a cold run at T = 0 and prefilling only the new tokens;
+files of another model, other settings or damaged ones are never used; the budget evicts
+the least recently used; a full disk costs the saving, never the chat."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from runtime.engine import kv_store
+from runtime.engine.engine import Engine
+from runtime.engine.kv_store import KvStore, KvStoreOptions
+from runtime.events import Finished, GenerationRequest, SamplingParams, TokenEvent
+from tests.engine.conftest import tiny_settings
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
+FIRST = "the cat went to the sea and then it saw a boat, and the boat was red " * 4
+FOLLOW = FIRST + " so the cat asked the boat where it was going"
+
+
+@contextmanager
+def running(saved: KvStoreOptions | None, path: Path, **kw: object) -> Iterator[Engine]:
+    engine = Engine(saved_kv=saved)
+    engine.start()
+    try:
+        engine.load(tiny_settings(path, **kw))
+        yield engine
+    finally:
+        engine.stop()  # unloading saves the idle slots
+
+
+def reply(engine: Engine, prompt: str) -> tuple[list[int], Finished, int]:
+    """Tokens, the Finished event and how many tokens the engine prefilled for it."""
+    steps_before = len(engine._steps)
+    handle = engine.submit(GenerationRequest(prompt=prompt, sampling=GREEDY))
+    events = list(handle.events(timeout=60))
+    prefilled = sum(r.prefilled for _, r, _ in list(engine._steps)[steps_before:])
+    done = [e for e in events if isinstance(e, Finished)]
+    return [e.token_id for e in events if isinstance(e, TokenEvent)], done[0], prefilled
+
+
+def options(tmp_path: Path, budget: int = kv_store.DEFAULT_BUDGET_BYTES) -> KvStoreOptions:
+    return KvStoreOptions(tmp_path / "kv", budget_bytes=budget, min_tokens=8)
+
+
+def saved_files(opts: KvStoreOptions) -> list[Path]:
+    return sorted(opts.folder.glob("*.kv"))
+
+
+@pytest.fixture
+def cold(tiny_target: Path) -> list[int]:
+    with running(None, tiny_target) as engine:
+        return reply(engine, FOLLOW)[0]
+
+
+def test_a_conversation_resumes_after_a_restart(tmp_path: Path, tiny_target: Path,
+                                                cold: list[int]) -> None:
+    opts = options(tmp_path)
+    with running(opts, tiny_target) as engine:
+        reply(engine, FIRST)
+    assert len(saved_files(opts)) == 1
+
+    with running(opts, tiny_target) as engine:
+        tokens, done, prefilled = reply(engine, FOLLOW)
+    assert tokens == cold
+    usage = done.usage
+    assert usage.resumed_tokens == usage.cached_tokens > len(FIRST) // 2
+    assert prefilled == usage.prompt_tokens - usage.resumed_tokens  # only the new tokens
+    assert done.timings.restore_s > 0
+
+
+def test_a_live_slot_is_preferred_to_the_file(tmp_path: Path, tiny_target: Path) -> None:
+    opts = options(tmp_path)
+    with running(opts, tiny_target) as engine:
+        reply(engine, FIRST)
+        _, done, _ = reply(engine, FOLLOW)  # the idle slot still holds FIRST
+    assert done.usage.cached_tokens > 0 and done.usage.resumed_tokens == 0
+
+
+@pytest.mark.parametrize("change", ["type_k", "model"])
+def test_a_file_of_other_settings_or_another_model_is_not_used(
+        tmp_path: Path, tiny_target: Path, tiny_draft: Path, change: str) -> None:
+    opts = options(tmp_path)
+    with running(opts, tiny_target) as engine:
+        reply(engine, FIRST)
+    other = {"type_k": (tiny_target, {"type_k": "q8_0"}), "model": (tiny_draft, {})}[change]
+    with running(None, other[0], **other[1]) as engine:
+        cold_other = reply(engine, FOLLOW)[0]
+    with running(opts, other[0], **other[1]) as engine:
+        tokens, done, prefilled = reply(engine, FOLLOW)
+    assert done.usage.resumed_tokens == 0 and done.usage.cached_tokens == 0
+    assert prefilled == done.usage.prompt_tokens
+    assert tokens == cold_other
+    assert len(saved_files(opts)) == 2  # the first file stays, valid for its own model
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "truncated", "other prefix"])
+def test_a_damaged_file_is_discarded_and_the_prompt_recomputed(
+        tmp_path: Path, tiny_target: Path, cold: list[int], damage: str) -> None:
+    opts = options(tmp_path)
+    with running(opts, tiny_target) as engine:
+        reply(engine, FIRST)
+    (path,) = saved_files(opts)
+    data = bytearray(path.read_bytes())
+    if damage == "flipped byte":
+        data[-100] ^= 0x40  # inside llama.cpp's K/V rows: only the checksum sees it
+        path.write_bytes(bytes(data))
+    elif damage == "truncated":
+        path.write_bytes(bytes(data[:len(data) // 2]))
+    else:  # a whole, valid file under the name of another prefix
+        path.rename(path.with_name(path.name[:17] + "0" * 32 + ".kv"))
+
+    with running(opts, tiny_target) as engine:
+        tokens, done, prefilled = reply(engine, FOLLOW)
+    assert tokens == cold
+    assert done.usage.resumed_tokens == 0
+    assert prefilled == done.usage.prompt_tokens
+    assert not any(p.name.startswith(path.name[:17] + "0" * 32) for p in saved_files(opts))
+
+
+def test_a_full_disk_costs_the_saving_not_the_chat(tmp_path: Path, tiny_target: Path,
+                                                   cold: list[int],
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    def no_space(*_args: object, **_kw: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(kv_store, "atomic_output", no_space)
+    opts = options(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="outrider.kv_store"), \
+            running(opts, tiny_target, n_parallel=1) as engine:
+        reply(engine, FIRST)
+        reply(engine, "a different conversation about a dog and a hill, " * 3)  # saves FIRST
+        tokens, done, _ = reply(engine, FOLLOW)  # saves the dog's
+    assert tokens == cold and done.reason in ("stop", "length")
+    warnings = [r for r in caplog.records if r.name == "outrider.kv_store"]
+    assert len(warnings) == 1 and "No space left on device" in warnings[0].getMessage()
+    assert saved_files(opts) == []
+
+
+# ---- the store alone (a fake llama.cpp state) ---------------------------------------------------
+
+
+class FakeState:
+    """Sequence state as bytes derived from the slot's tokens; records what was restored."""
+
+    def __init__(self, n_bytes: int = 1000) -> None:
+        self.n_bytes = n_bytes
+        self.held: dict[int, bytes] = {}
+        self.restored: list[tuple[int, bytes]] = []
+
+    def state_seq_get(self, seq_id: int) -> bytes:
+        return self.held.get(seq_id, b"")
+
+    def state_seq_set(self, seq_id: int, data: bytes) -> bool:
+        self.restored.append((seq_id, data))
+        return True
+
+    def hold(self, seq_id: int, tokens: Sequence[int]) -> list[int]:
+        self.held[seq_id] = bytes(tokens[:1]) * self.n_bytes
+        return list(tokens)
+
+
+def test_the_budget_evicts_the_least_recently_used(tmp_path: Path) -> None:
+    state = FakeState(n_bytes=1000)
+    one_file = kv_store._HEADER.size + 4 * 10 + 1000
+    store = KvStore(KvStoreOptions(tmp_path, budget_bytes=2 * one_file + 10, min_tokens=4),
+                    b"k" * 32, state)
+    a, b, c = ([n] * 10 for n in (1, 2, 3))
+    for when, seq in enumerate((a, b), start=1):
+        store.save(0, state.hold(0, seq))
+        (newest,) = set(saved_files_in(tmp_path)) - set(saved_files_in(tmp_path)[:when - 1])
+        os.utime(newest, ns=(when * 10**9, when * 10**9))  # a older than b
+    match = store.find([*a, 9], live=0, whole=False)
+    assert match is not None and store.restore(match, 1) is not None  # a: used last now
+    store.save(0, state.hold(0, c))  # over budget: b goes
+    assert len(saved_files_in(tmp_path)) == 2
+    assert store.find([*b, 9], live=0, whole=False) is None
+    assert store.find([*a, 9], live=0, whole=False) is not None
+    assert store.find([*c, 9], live=0, whole=False) is not None
+
+
+def test_a_file_is_used_only_when_it_gains_enough_over_the_live_cache(tmp_path: Path) -> None:
+    state = FakeState()
+    store = KvStore(KvStoreOptions(tmp_path, min_tokens=4), b"k" * 32, state)
+    store.save(0, state.hold(0, list(range(10, 30))))
+    prompt = [*range(10, 30), 99]
+    assert store.find(prompt, live=16, whole=False) is not None  # 20 usable ≥ 16 + 4
+    assert store.find(prompt, live=17, whole=False) is None
+    assert store.find(list(range(10, 20)), live=0, whole=False).usable == 9  # type: ignore[union-attr]
+    # A window cache cannot be cut: only a file that is wholly a prefix will do.
+    assert store.find(list(range(10, 20)), live=0, whole=True) is None
+    assert store.find(prompt, live=0, whole=True).usable == 20  # type: ignore[union-attr]
+
+
+def test_a_second_store_with_another_key_sees_nothing(tmp_path: Path) -> None:
+    state = FakeState()
+    KvStore(KvStoreOptions(tmp_path, min_tokens=4), b"k" * 32, state).save(
+        0, state.hold(0, list(range(10, 30))))
+    other = KvStore(KvStoreOptions(tmp_path, min_tokens=4), b"j" * 32, state)
+    assert other.find([*range(10, 30), 99], live=0, whole=False) is None
+    assert len(saved_files_in(tmp_path)) == 1
+
+
+def saved_files_in(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.kv"), key=lambda p: p.stat().st_mtime_ns)
