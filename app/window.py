@@ -434,6 +434,7 @@ class MainWindow(QtWidgets.QMainWindow):
         """The engine's next start listens as the settings say (the Server page tells the
         user that a restart applies a change)."""
         self.client.process.listen = engine_listen(settings.server, settings.server_api_key)
+        self.client.process.saved_kv_gib = settings.saved_kv_gib
         self.server.show_settings(settings)
 
     def _on_color_scheme(self, _scheme: Qt.ColorScheme) -> None:

@@ -116,11 +116,18 @@ class EngineCommand:
                    {"PYTHONPATH": path})
 
     def argv(self, api_key: str, parent_pid: int, host: str = "127.0.0.1",
-             port: int = 0) -> list[str]:
+             port: int = 0, saved_kv_gib: float | None = None) -> list[str]:
+        """The engine's arguments; `saved_kv_gib`: the saved-KV-cache budget from the app's
+        settings (None: the engine's own default).
+
+        >>> EngineCommand("python3", ("-m", "x")).argv("", 7, saved_kv_gib=1.5)[-2:]
+        ['--saved-kv-gib', '1.5']
+        """
         # `--api-key=KEY` in one word: a random key may start with "-", which argparse
         # would otherwise take for an option.
+        budget = () if saved_kv_gib is None else ("--saved-kv-gib", f"{saved_kv_gib:g}")
         return [*self.args, "--host", host, "--port", str(port), f"--api-key={api_key}",
-                "--parent-pid", str(parent_pid)]
+                "--parent-pid", str(parent_pid), *budget]
 
 
 @dataclass(frozen=True)
@@ -178,6 +185,8 @@ class EngineProcess(QtCore.QObject):
         # False after the Server page's Stop API: the next start serves the chat alone, on a
         # free port with a random key (the API's address is free for other programs).
         self.api_enabled = True
+        # The saved-KV-cache budget the app's settings ask for (None: the engine's default).
+        self.saved_kv_gib: float | None = None
         self._port = 0  # the port the running start asked for (0: any free one)
         self._timeout = QtCore.QTimer(self, singleShot=True, interval=STARTUP_TIMEOUT_MS)
         self._timeout.timeout.connect(self._on_startup_timeout)
@@ -226,7 +235,7 @@ class EngineProcess(QtCore.QObject):
         self._write_log(f"$ {self._command.program} {' '.join(self._command.args)} "
                         f"--host {host} --port {port} …\n")
         process.start(self._command.program,
-                      self._command.argv(api_key, os.getpid(), host, port))
+                      self._command.argv(api_key, os.getpid(), host, port, self.saved_kv_gib))
         self._timeout.start()
 
     def stop(self, wait_ms: int = 3000) -> None:

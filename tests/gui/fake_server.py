@@ -296,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--api-key", default="")
     parser.add_argument("--parent-pid", type=int)
+    parser.add_argument("--saved-kv-gib", type=float)  # as `outrider serve`; nothing to save here
     parser.add_argument("--allow-any-path", action="store_true")  # the real one confines loads
     parser.add_argument("--token-delay", type=float, default=0.002)
     parser.add_argument("--metrics-interval", type=float, default=1.0)

@@ -9,7 +9,7 @@ import urllib.request
 
 from app.engine import process as process_module
 from app.engine.client import EngineState
-from app.engine.process import EngineListen
+from app.engine.process import EngineCommand, EngineListen
 from app.window import SERVER, MainWindow
 from runtime.settings.user import ServerSettings
 
@@ -114,3 +114,21 @@ def test_stopping_the_api_keeps_the_chats_model_and_is_no_crash(
         page.start_api_button.click()
     assert client.address is not None and client.address.url == f"http://127.0.0.1:{port}"
     assert not page.pending_label.isVisible()
+
+
+def test_the_saved_kv_budget_reaches_the_engine(
+        qtbot, fake_window: MainWindow, monkeypatch) -> None:
+    """Settings → the engine's next start: `--saved-kv-gib` from the app's settings."""
+    window = fake_window
+    started: list[list[str]] = []
+    real = EngineCommand.argv
+
+    def recording(self: EngineCommand, *args: object, **kwargs: object) -> list[str]:
+        argv = real(self, *args, **kwargs)  # type: ignore[arg-type]
+        started.append(argv)
+        return argv
+
+    monkeypatch.setattr(EngineCommand, "argv", recording)
+    window.settings.update(dataclasses.replace(window.settings.settings, saved_kv_gib=1.5))
+    restart(qtbot, window)
+    assert started and started[-1][-2:] == ["--saved-kv-gib", "1.5"]
