@@ -31,7 +31,7 @@ import pytest
 from runtime.engine.engine import Engine
 from runtime.events import Finished, GenerationRequest, SamplingParams, StepStats, TokenEvent
 from runtime.llama.binding import Batch, LlamaContext, LlamaModel
-from runtime.llama.params import to_llama_params
+from runtime.llama.params import LlamaParams, to_llama_params
 from runtime.sampling import native
 from runtime.sampling.sampler import Sampler
 from runtime.settings.load import DraftSettings, LoadSettings
@@ -66,13 +66,14 @@ def settings_for(path: Path, **kw: Any) -> LoadSettings:
 
 
 def exact_joint(path: Path, prompt: Sequence[int], params: SamplingParams,
-                n_tokens: int) -> dict[tuple[int, ...], float]:
-    """P(t1..tn) under plain sampling: every prefix evaluated alone, from scratch."""
-    settings = settings_for(path)
-    lp = to_llama_params(settings, 0)
+                n_tokens: int, lp: LlamaParams | None = None,
+                batch_size: int = 64) -> dict[tuple[int, ...], float]:
+    """P(t1..tn) under plain sampling: every prefix evaluated alone, from scratch (with `lp`,
+    llama.cpp's parameters, when the caller's model needs its own: an F32 cache else)."""
+    lp = lp or to_llama_params(settings_for(path), 0)
     model = LlamaModel.load(path, lp)
     ctx = LlamaContext(model, lp)
-    batch = Batch(64)
+    batch = Batch(batch_size)
     sampler = Sampler(params, 0)
     out: dict[tuple[int, ...], float] = {}
 

@@ -27,17 +27,16 @@ from runtime.engine.engine import Engine
 from runtime.engine.kv_slots import KvSlots
 from runtime.events import Finished, GenerationRequest, SamplingParams, StepStats, TokenEvent
 from runtime.gguf.info import read_model_info
-from runtime.llama.binding import Batch, LlamaContext, LlamaModel, llama_log
+from runtime.llama.binding import LlamaContext, LlamaModel, llama_log
 from runtime.llama.buffers import buffer_totals, parse_buffer_sizes
 from runtime.llama.params import to_llama_params
 from runtime.planner.devices import Device
 from runtime.planner.plan import plan_memory
-from runtime.sampling.sampler import Sampler
 from runtime.settings.load import DraftSettings, LoadSettings
 from runtime.speculative.speculation import Speculation
 from tests.conftest import tiny_model_path
 from tests.engine.conftest import tiny_settings
-from tests.engine.test_losslessness_engine import chi_square_p
+from tests.engine.test_losslessness_engine import chi_square_p, exact_joint
 from tests.fixtures.tiny_gguf import SWA_TARGET
 
 # "llama_kv_cache: size =    0.50 MiB (  2048 cells,   1 layers,  4/1 seqs), K (f16): ..."
@@ -222,31 +221,7 @@ def _exact_joint(path: Path, prompt: Sequence[int], params: SamplingParams,
                  n_tokens: int) -> dict[tuple[int, ...], float]:
     """P(t1..tn) under plain sampling, every prefix evaluated alone in a full-size cache."""
     lp = dataclasses.replace(to_llama_params(swa_settings(path), 0), swa_full=True)
-    model = LlamaModel.load(path, lp)
-    ctx = LlamaContext(model, lp)
-    batch = Batch(1024)
-    sampler = Sampler(params, 0)
-    out: dict[tuple[int, ...], float] = {}
-
-    def expand(generated: tuple[int, ...], prob: float) -> None:
-        if len(generated) == n_tokens:
-            out[generated] = prob
-            return
-        tokens = [*prompt, *generated]
-        ctx.seq_rm(0, 0, -1)
-        batch.clear()
-        batch.add_tokens(tokens, 0, 0, True)
-        assert ctx.decode(batch) == 0
-        dist = sampler.distribution(ctx.logits(1)[0].copy(), tokens)
-        for t in np.flatnonzero(dist > 0):
-            expand((*generated, int(t)), prob * float(dist[t]))
-
-    try:
-        expand((), 1.0)
-    finally:
-        ctx.close()
-        model.close()
-    return out
+    return exact_joint(path, prompt, params, n_tokens, lp=lp, batch_size=1024)
 
 
 def test_speculative_sampling_keeps_the_distribution(swa_model: Path) -> None:
