@@ -15,11 +15,26 @@ over the same requests sent one by one (the 1-client row).
 Without `--llama-server` only Outrider's side is measured. On a GPU build, `--gpu-layers 999`
 offloads every layer in both servers (`--gpu-layers` for ours, `-ngl` for llama-server); without
 it each server makes its own choice.
+
+The embeddings row (`--embeddings`; `--embeddings-only` skips the chat table): `/v1/embeddings`
+against `llama-server --embeddings --pooling mean` (a chat model's file names no pooling; mean
+is what Outrider uses for it) on the same model, `--embed-clients` clients each sending
+`--embed-requests` requests of `--embed-inputs` texts of 12 to 45 tokens, both servers up at
+once and measured in turn for `--embed-rounds` rounds (order reversed every other round),
+each keeping its best. It gives
+throughput (prompt tokens embedded per second, from each server's `usage`), the ratio, and
+the cosine between the two servers' vectors for every input (minimum and mean). llama-server
+runs with flash attention off, as Outrider's embedding context does (runtime.engine.embeddings:
+ggml's CPU kernel accumulates in f16), so the cosine compares the same computation.
+
+    python benchmarks/server_vs_llamaserver.py --llama-server ~/llama.cpp/build/bin/llama-server \
+        --threads 2 --embeddings-only
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import queue
@@ -152,11 +167,12 @@ def ours(model: Path, threads: int, slots: int, ctx: int, key: str,
 
 @contextmanager
 def llama_server(binary: Path, model: Path, threads: int, slots: int, ctx: int,
-                 key: str, gpu_layers: int | None = None) -> Iterator[str]:
+                 key: str, gpu_layers: int | None = None,
+                 extra: tuple[str, ...] = ()) -> Iterator[str]:
     port = free_port()
     cmd = [str(binary), "-m", str(model), "-t", str(threads), "-np", str(slots), "-c", str(ctx),
            "--kv-unified", "--host", "127.0.0.1", "--port", str(port), "--api-key", key,
-           "--no-webui"]
+           "--no-webui", *extra]
     if gpu_layers is not None:
         cmd += ["-ngl", str(gpu_layers)]
     process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -168,6 +184,117 @@ def llama_server(binary: Path, model: Path, threads: int, slots: int, ctx: int,
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+EMBED_SENTENCE = ("the harbour wakes before the town and the gulls argue over the nets while "
+                  "a ferry sounds its horn twice and the baker opens a window to let the warm "
+                  "smell of bread into the narrow street")
+
+
+def embed_texts(n: int) -> list[str]:
+    """`n` distinct texts of 12 to 45 tokens (SmolLM2's; queries and short passages)."""
+    words = EMBED_SENTENCE.split()
+    out = []
+    for i in range(n):
+        turned = words[i % 7:] + words[:i % 7]
+        out.append(f"{TOPICS[i % 16]} ({i}): " + " ".join(turned[: 6 + (i * 13) % 34]))
+    return out
+
+
+@dataclass(frozen=True)
+class EmbedPhase:
+    wall_s: float
+    tokens: int
+    inputs: int
+    vectors: tuple[tuple[float, ...], ...]  # of the first request: the cosine's material
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.wall_s
+
+
+def embed_one(url: str, key: str, texts: list[str]) -> tuple[int, list[list[float]]]:
+    reply = httpx.post(f"{url}/v1/embeddings", timeout=600,
+                       json={"input": texts, "encoding_format": "float"},
+                       headers={"Authorization": f"Bearer {key}"})
+    reply.raise_for_status()
+    body = reply.json()
+    data = sorted(body["data"], key=lambda d: d["index"])
+    return int(body["usage"]["prompt_tokens"]), [d["embedding"] for d in data]
+
+
+def measure_embeddings(url: str, key: str, clients: int, requests: int,
+                       inputs: int) -> EmbedPhase:
+    texts = embed_texts(inputs)
+    embed_one(url, key, texts[:4])  # warm up (Outrider makes its embedding context here)
+    first: list[list[float]] = []
+
+    def client(i: int) -> int:
+        total = 0
+        for j in range(requests):
+            tokens, vectors = embed_one(url, key, texts)
+            total += tokens
+            if i == 0 and j == 0:
+                first.extend(vectors)
+        return total
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        tokens = sum(pool.map(client, range(clients)))
+    wall = time.perf_counter() - start
+    return EmbedPhase(wall, tokens, clients * requests * inputs,
+                      tuple(tuple(v) for v in first))
+
+
+def cosine(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return dot / (sum(x * x for x in a) ** 0.5 * sum(y * y for y in b) ** 0.5)
+
+
+def embeddings_table(results: dict[str, EmbedPhase]) -> str:
+    head = "| embeddings | Outrider tok/s (inputs/s) |"
+    rule = "|---|---|"
+    ours_phase = results["outrider"]
+    row = f"| {ours_phase.inputs} inputs | {ours_phase.tokens_per_s:.0f} " \
+          f"({ours_phase.inputs / ours_phase.wall_s:.1f}) |"
+    ref = results.get("llama-server")
+    if ref is not None:
+        head += " llama-server tok/s (inputs/s) | ratio | cosine min / mean |"
+        rule += "---|---|---|"
+        cos = [cosine(a, b) for a, b in zip(ours_phase.vectors, ref.vectors, strict=True)]
+        row += (f" {ref.tokens_per_s:.0f} ({ref.inputs / ref.wall_s:.1f}) |"
+                f" {ours_phase.tokens_per_s / ref.tokens_per_s:.2f}× |"
+                f" {min(cos):.6f} / {sum(cos) / len(cos):.6f} |")
+        if ref.tokens != ours_phase.tokens:
+            row += f" (token counts differ: {ours_phase.tokens} vs {ref.tokens})"
+    return "\n".join([head, rule, row])
+
+
+def embeddings_rounds(args: argparse.Namespace, model: Path, slots: int,
+                      key: str) -> dict[str, EmbedPhase]:
+    """Both servers up at once, measured in turn `--embed-rounds` times, the order reversed
+    every other round (A B B A …): each keeps its fastest round. A shared machine's load
+    drifts, and whichever server went second in a round came out up to 15% ahead (two runs
+    with Outrider always first: 0.89×; one with llama-server always first: 1.07×).
+    llama-server is its own instance (`--embeddings` restricts a server to embeddings), with
+    batch and micro-batch 512 as Outrider's embedding context (the load's n_batch)."""
+    best: dict[str, EmbedPhase] = {}
+    with contextlib.ExitStack() as stack:
+        urls = {"outrider": stack.enter_context(
+            ours(model, args.threads, slots, args.ctx, key, args.gpu_layers))}
+        if args.llama_server is not None:
+            urls["llama-server"] = stack.enter_context(llama_server(
+                args.llama_server, model, args.threads, slots, args.ctx, key, args.gpu_layers,
+                extra=("--embeddings", "--pooling", "mean", "-fa", "off", "-b", "512",
+                       "-ub", "512")))
+        for round_ in range(args.embed_rounds):
+            order = list(urls.items())
+            for name, url in order if round_ % 2 == 0 else order[::-1]:
+                phase = measure_embeddings(url, key, args.embed_clients, args.embed_requests,
+                                           args.embed_inputs)
+                if name not in best or phase.tokens_per_s > best[name].tokens_per_s:
+                    best[name] = phase
+    return best
 
 
 def measure(url: str, key: str, levels: list[int], per_client: int,
@@ -209,7 +336,17 @@ def main() -> int:
     parser.add_argument("--gpu-layers", type=int, default=None,
                         help="layers offloaded in both servers (999 = all; default: each "
                              "server's own choice)")
+    parser.add_argument("--embeddings", action="store_true", help="add the embeddings row")
+    parser.add_argument("--embeddings-only", action="store_true",
+                        help="only the embeddings row (no chat table)")
+    parser.add_argument("--embed-clients", type=int, default=2)
+    parser.add_argument("--embed-requests", type=int, default=2, help="requests per client")
+    parser.add_argument("--embed-inputs", type=int, default=64, help="texts per request")
+    parser.add_argument("--embed-rounds", type=int, default=4,
+                        help="alternating rounds per server (the best one counts)")
     args = parser.parse_args()
+    chat = not args.embeddings_only
+    embeddings = args.embeddings or args.embeddings_only
     levels = [int(n) for n in args.clients.split(",")]
     model = args.model
     if model is None:
@@ -221,16 +358,25 @@ def main() -> int:
     key = secrets.token_hex(16)
     slots = max(levels)
     results: dict[str, dict[int, Phase]] = {}
-    with ours(model, args.threads, slots, args.ctx, key, args.gpu_layers) as url:
-        results["outrider"] = measure(url, key, levels, args.requests, args.max_tokens)
-    if args.llama_server is not None:
+    embedded: dict[str, EmbedPhase] = {}
+    if chat:
+        with ours(model, args.threads, slots, args.ctx, key, args.gpu_layers) as url:
+            results["outrider"] = measure(url, key, levels, args.requests, args.max_tokens)
+    if args.llama_server is not None and chat:
         with llama_server(args.llama_server, model, args.threads, slots, args.ctx, key,
                           args.gpu_layers) as url:
             results["llama-server"] = measure(url, key, levels, args.requests, args.max_tokens)
+    if embeddings:
+        embedded = embeddings_rounds(args, model, slots, key)
     layers = "" if args.gpu_layers is None else f", {args.gpu_layers} GPU layers"
     print(f"model {model.name}, {args.threads} threads, {slots} slots, context {args.ctx}, "
           f"{args.requests} requests per client, max_tokens {args.max_tokens}, greedy{layers}")
-    print(table(results, levels))
+    if chat:
+        print(table(results, levels))
+    if embeddings:
+        print(f"embeddings: {args.embed_clients} clients × {args.embed_requests} requests × "
+              f"{args.embed_inputs} texts, best of {args.embed_rounds} alternating rounds")
+        print(embeddings_table(embedded))
     return 0
 
 

@@ -191,6 +191,24 @@ class ChatTemplateError(OutriderError):
     """The model's chat template refused the messages (its own raise_exception)."""
 
 
+class ConstraintError(OutriderError):
+    """A structured-output request the engine cannot honour: a malformed schema, a keyword the
+    compiler does not support (the message names it and its path, e.g. "unsupported keyword
+    'patternProperties' at /properties/tags"), a grammar that does not parse or cannot end.
+    The server answers 400; the output is never silently unconstrained."""
+
+
+class ToolsError(OutriderError):
+    """A tools request the model cannot serve: the template's family has no known call
+    format, a tool's parameters are not a valid JSON Schema, `tool_choice` names an unknown
+    function. The server answers 400."""
+
+
+class EmbeddingsUnsupported(OutriderError):
+    """The loaded model cannot make embeddings: a reranker (its head scores pairs), or an
+    encoder-decoder architecture (T5). The server answers 400."""
+
+
 class EngineError(OutriderError):
     """llama.cpp failed while evaluating a batch (not the request's fault)."""
 

@@ -10,13 +10,14 @@ import itertools
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from runtime.errors import SettingsError
 
 _ids = itertools.count(1)
 
 INT32_MAX = 2**31 - 1  # llama.cpp takes top_k, n, token counts and positions as int32_t
+MAX_TOP_LOGPROBS = 20  # OpenAI's cap
 MAX_SAMPLES = 4096  # n: samples of one prompt (a sequence and a sampler each; the server caps it lower)
 
 
@@ -75,9 +76,42 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class ConstraintSpec:
+    """What a sequence's output must match (runtime.sampling.constraint compiles it).
+
+    kind: "json_schema" (`source` is the schema as JSON text), "json_object" (any JSON object;
+    `source` ignored), "regex", "gbnf" (llama.cpp's grammar format), "lark" (llguidance's).
+    `trigger`: a lazy constraint. The output is free until this text appears in it; from the
+    trigger on (the trigger included) it must match the grammar — how `tool_choice: auto`
+    lets a model talk, then forces a well-formed call once it starts one."""
+
+    kind: Literal["json_schema", "json_object", "regex", "gbnf", "lark"]
+    source: str = ""
+    trigger: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call of an assistant message. `arguments` is the JSON text of the
+    arguments object, as OpenAI sends it."""
+
+    name: str
+    arguments: str
+    id: str = ""
+
+
+@dataclass(frozen=True)
 class ChatMessage:
+    """One message of a chat. `tool_calls` (assistant), `tool_call_id` and `name` (tool
+    results) and `reasoning` (an assistant's thinking, offered to templates that keep it as
+    `reasoning_content`) are empty for plain text chats."""
+
     role: Literal["system", "user", "assistant", "tool"]
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    reasoning: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,24 +125,47 @@ class GenerationRequest:
     n: int = 1
     truncate_middle: bool = False  # drop older turns instead of failing on overflow
     id: str = field(default_factory=next_request_id)
+    constraint: ConstraintSpec | None = None  # structured output; None: free text
+    # Logprobs: None off; 0 the sampled token's only; up to 20 also the most likely ones.
+    logprobs: int | None = None
+    # Chat only: function tools as OpenAI's JSON ({"type": "function", "function": {...}}),
+    # handed to the template as `tools`; extra template variables (`enable_thinking`,
+    # `reasoning_effort`, ...).
+    tools: tuple[dict[str, Any], ...] = ()
+    template_kwargs: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):
             raise SettingsError("give either a prompt or chat messages, not both or neither")
         if not 1 <= self.n <= MAX_SAMPLES:
             raise SettingsError(f"n must be between 1 and {MAX_SAMPLES}, not {self.n}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise SettingsError(
+                f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, not {self.logprobs}")
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A token's log-probability under the distribution it was sampled from."""
+
+    token_id: int
+    piece: bytes  # the token's bytes (a piece of a multi-byte character may be partial)
+    logprob: float
 
 
 @dataclass(frozen=True)
 class TokenEvent:
     """One generated token. `text` is the newly decodable text (may be "" while a multi-byte
-    character is incomplete, or while a possible stop string is held back)."""
+    character is incomplete, or while a possible stop string is held back). `logprob` and
+    `top_logprobs` only when the request asked for them."""
 
     request_id: str
     index: int  # which of the n samples
     token_id: int
     text: str
     from_draft: bool = False
+    logprob: TokenLogprob | None = None
+    top_logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -163,6 +220,8 @@ class SpecSummary:
     measured_speedup: float
 
 
+# "stop": EOS, a stop string, or a constraint that is complete; "length": max_tokens or the
+# context's end; "cancelled": the client went away or asked to stop.
 FinishReason = Literal["stop", "length", "cancelled"]
 
 
@@ -174,6 +233,7 @@ class Finished:
     usage: Usage
     timings: Timings
     speculative: SpecSummary | None = None
+    stop_sequence: str | None = None  # reason "stop" by a stop string: which one
 
 
 @dataclass(frozen=True)

@@ -62,3 +62,12 @@ def default_model() -> Path:
     from runtime.library.default_model import fetch_default_model
 
     return fetch_default_model(_REAL_DIRS.models, _REAL_DIRS.cache)
+
+
+@pytest.fixture(scope="session")
+def llama_templates() -> Path:
+    """The folder of llama.cpp's 70 real chat templates (`*.jinja`), taken out of the pinned
+    llama-cpp-python sdist into the real user cache (tests/fixtures/llama_templates.py)."""
+    from tests.fixtures.llama_templates import llama_templates_dir
+
+    return llama_templates_dir(_REAL_DIRS.cache)

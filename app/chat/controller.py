@@ -7,15 +7,23 @@ second while it streams (`SAVE_INTERVAL_MS`), so a crash of anything loses at mo
 If the engine is not running when the user sends (it crashed, or was stopped), the controller
 asks the client to start it — which reloads the model the user wanted — and sends once it is
 ready; a failure on the way is shown on the reply, never inserted into its text.
+
+A reasoning model's thinking (the server's `reasoning_content`) is kept on the reply beside
+its answer, saved as it streams like the answer, and never sent back: the next request
+carries earlier replies' answers only. The footer counts thinking and answer tokens apart
+from the token ids each streamed chunk carries (`Generation.count`). A chat's structured
+output schema (`app.chat.schema`) is sent as `response_format`; while it is invalid, Send
+is blocked and says why, so no reply comes out unconstrained by mistake.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from app.chat import schema
 from app.chat.conversation import (
     DEFAULT_SAMPLING,
     Conversation,
@@ -23,8 +31,9 @@ from app.chat.conversation import (
     MessageTree,
     title_for,
 )
+from app.chat.generation import Generation
 from app.chat.store import ChatStore
-from app.engine.client import EngineClient, EngineState, ReplyStream
+from app.engine.client import EngineClient, EngineState
 from app.engine.wire import ReplyDelta, ReplyError, ReplyFinished
 from app.qt import QtCore, Signal
 from runtime.events import SamplingParams, SpecSummary
@@ -34,18 +43,6 @@ SAVE_INTERVAL_MS = 500
 SamplingDefaults = Callable[[str], "SamplingParams | None"]
 INTERRUPTED = "Outrider closed while this reply was being written."
 NO_MODEL = "No model is loaded: pick one above."
-
-
-@dataclass
-class _Generation:
-    """The reply being written now."""
-
-    message: Message
-    stream: ReplyStream | None = None
-    sent_at: float = 0.0
-    first_token_at: float | None = None
-    tokens: int = 0
-    dirty: bool = False
 
 
 class ChatController(QtCore.QObject):
@@ -85,7 +82,7 @@ class ChatController(QtCore.QObject):
         self._sampling_defaults = sampling_defaults
         self.conversation: Conversation | None = None
         self.tree = MessageTree()
-        self._generation: _Generation | None = None
+        self._generation: Generation | None = None
         self._save_timer = QtCore.QTimer(self, interval=SAVE_INTERVAL_MS)
         self._save_timer.timeout.connect(self._save_progress)
         client.state_changed.connect(self._on_engine_state)
@@ -104,11 +101,18 @@ class ChatController(QtCore.QObject):
 
     def send_blocked_reason(self) -> str:
         """Why Send would fail now, or "": nothing loaded and nothing wanted (after Unload,
-        or before the first load). A crashed or stopped engine with a wanted model is no
-        reason — sending restarts it."""
+        or before the first load), or the chat's structured output schema is invalid. A
+        crashed or stopped engine with a wanted model is no reason — sending restarts it."""
         if self._client.wanted is None and self._client.model is None:
             return NO_MODEL
+        problem = self.schema_problem()
+        if problem:
+            return f"Structured output: {problem}"
         return ""
+
+    def schema_problem(self) -> str:
+        """What is wrong with this chat's structured output schema ("" when nothing is)."""
+        return schema.check(self.conversation.response_schema) if self.conversation else ""
 
     def path(self) -> list[Message]:
         if self.conversation is None:
@@ -117,7 +121,9 @@ class ChatController(QtCore.QObject):
 
     # -- conversations -----------------------------------------------------------------
 
-    def new_conversation(self) -> Conversation:
+    def new_conversation(self, response_schema: str = "") -> Conversation:
+        """A new chat: the sampling remembered for the model, the system prompt of the chat
+        before; a structured output schema only when given (a new chat is free text)."""
         self.stop()
         model = str(self._client.wanted.model_path) if self._client.wanted else ""
         previous = self.conversation
@@ -127,7 +133,8 @@ class ChatController(QtCore.QObject):
         conv = self.store.create_conversation(
             model=model,
             system_prompt=previous.system_prompt if previous else "",
-            sampling=remembered or (previous.sampling if previous else DEFAULT_SAMPLING))
+            sampling=remembered or (previous.sampling if previous else DEFAULT_SAMPLING),
+            response_schema=response_schema)
         self._show(conv, MessageTree())
         self.conversations_changed.emit()
         return conv
@@ -179,6 +186,19 @@ class ChatController(QtCore.QObject):
     def set_model(self, model_path: str) -> None:
         self._update_settings(model=model_path)
 
+    def set_response_schema(self, text: str) -> None:
+        """The chat's structured output schema, as typed ("" turns it off). Kept even while
+        invalid (the user is still typing it); Send waits until it is valid. Typed with no
+        chat open, it starts one, so the first message is sent under it."""
+        if self.conversation is None:
+            if text:
+                self.new_conversation(response_schema=text)
+            return
+        if text == self.conversation.response_schema:
+            return
+        self._update_settings(response_schema=text)
+        self.send_blocked.emit(self.send_blocked_reason())
+
     def _update_settings(self, **changes: Any) -> None:
         if self.conversation is None:
             return
@@ -195,13 +215,21 @@ class ChatController(QtCore.QObject):
         self.conversation, self.tree = conv, tree
         self.conversation_opened.emit(conv)
         self.transcript_changed.emit()
+        self.send_blocked.emit(self.send_blocked_reason())  # each chat has its own schema
+
+    def _refused(self) -> bool:
+        """True (and says so) when this chat's schema blocks sending."""
+        if self.schema_problem():
+            self.send_blocked.emit(self.send_blocked_reason())
+            return True
+        return False
 
     # -- actions -----------------------------------------------------------------------
 
     def send(self, text: str) -> Message | None:
         """Add the user's message at the end of the current path and start a reply."""
         text = text.strip()
-        if not text or self.busy:
+        if not text or self.busy or self._refused():
             return None
         conv = self.conversation or self.new_conversation()
         path = self.path()
@@ -216,7 +244,7 @@ class ChatController(QtCore.QObject):
     def edit_and_resend(self, user_message_id: int, text: str) -> Message | None:
         """A new version of a user message (a sibling branch) and a reply to it."""
         text = text.strip()
-        if not text or self.conversation is None:
+        if not text or self.conversation is None or self._refused():
             return None
         self.stop()
         old = self.tree.get(user_message_id)
@@ -231,7 +259,7 @@ class ChatController(QtCore.QObject):
 
     def regenerate(self, assistant_message_id: int | None = None) -> None:
         """Another reply to the same user message, kept beside the earlier ones."""
-        if self.conversation is None:
+        if self.conversation is None or self._refused():
             return
         self.stop()
         path = self.path()
@@ -276,7 +304,7 @@ class ChatController(QtCore.QObject):
         if self._client.wanted is not None:
             conv.model = str(self._client.wanted.model_path)
         self.store.save_conversation(conv)
-        self._generation = _Generation(reply)
+        self._generation = Generation(reply)
         self.transcript_changed.emit()
         self.conversations_changed.emit()
         self.busy_changed.emit(True)
@@ -300,7 +328,7 @@ class ChatController(QtCore.QObject):
             self._fail(gen, ReplyError("NoModelLoaded", NO_MODEL))
         # STARTING / LOADING: _on_engine_state calls back when it changes.
 
-    def _request(self, gen: _Generation) -> None:
+    def _request(self, gen: Generation) -> None:
         gen.message.status = "streaming"
         gen.sent_at = time.perf_counter()
         stream = self._client.chat(self._request_body(gen.message))
@@ -314,6 +342,9 @@ class ChatController(QtCore.QObject):
     def _request_body(self, reply: Message) -> dict[str, Any]:
         conv = self.conversation
         history = [m for m in self.tree.path(reply.id)[:-1] if m.content]
+        # Earlier replies go back as their answers only, never with their thinking: the
+        # templates of reasoning models drop past thinking themselves (Qwen3, DeepSeek-R1),
+        # and sending it would only cost context. A reply that is all thinking is left out.
         messages = [{"role": m.role, "content": m.content} for m in history]
         system_prompt = conv.system_prompt if conv else ""
         if system_prompt.strip():
@@ -331,16 +362,27 @@ class ChatController(QtCore.QObject):
             body["stop"] = list(s.stop)
         if self._client.model is not None:
             body["model"] = self._client.model.name
+        response_format = schema.response_format(conv.response_schema) if conv else None
+        if response_format is not None:
+            body["response_format"] = response_format
         return body
 
     def _on_delta(self, delta: ReplyDelta) -> None:
         gen = self._generation
         if gen is None:
             return
+        now = time.perf_counter()
         if gen.first_token_at is None:
-            gen.first_token_at = time.perf_counter()
+            gen.first_token_at = now
             self.first_token.emit(gen.first_token_at - gen.sent_at)
         gen.tokens += max(1, len(delta.token_ids))
+        gen.count(delta)
+        if delta.reasoning:
+            if gen.thinking_first_at is None:
+                gen.thinking_first_at = now
+            gen.message.reasoning += delta.reasoning
+            # Kept in the stats as it grows, so a reply saved mid-thought has its duration.
+            gen.message.stats["thinking_s"] = now - gen.thinking_first_at
         gen.message.add_text(delta.text, delta.drafted)
         gen.dirty = True
         self.message_changed.emit(gen.message.id)
@@ -354,14 +396,14 @@ class ChatController(QtCore.QObject):
         if self._generation is not None:
             self._fail(self._generation, error)
 
-    def _fail(self, gen: _Generation, error: ReplyError) -> None:
+    def _fail(self, gen: Generation, error: ReplyError) -> None:
         message = error.message
         if error.kind == "ConnectionLost":
             message = "The engine stopped while replying. Send again to restart it."
         gen.message.error = message
         self._finish(gen, "error", None)
 
-    def _finish(self, gen: _Generation, status: str, result: ReplyFinished | None) -> None:
+    def _finish(self, gen: Generation, status: str, result: ReplyFinished | None) -> None:
         self._generation = None
         self._save_timer.stop()
         message = gen.message
@@ -374,8 +416,10 @@ class ChatController(QtCore.QObject):
         self.busy_changed.emit(False)
         self.reply_finished.emit(message)
 
-    def _footer(self, gen: _Generation, result: ReplyFinished | None) -> dict[str, Any]:
+    def _footer(self, gen: Generation, result: ReplyFinished | None) -> dict[str, Any]:
         stats: dict[str, Any] = {"tokens": gen.tokens}
+        if "thinking_s" in gen.message.stats:
+            stats["thinking_s"] = gen.message.stats["thinking_s"]
         if gen.first_token_at is not None and gen.sent_at:
             stats["ttft_s"] = gen.first_token_at - gen.sent_at
         if result is not None:
@@ -397,6 +441,11 @@ class ChatController(QtCore.QObject):
             elapsed = time.perf_counter() - gen.first_token_at
             if elapsed > 0:
                 stats["tokens_per_s"] = (gen.tokens - 1) / elapsed
+        if gen.thinking_tokens or gen.message.reasoning:
+            # The server's count is the total; the thinking is what the chunks said, and the
+            # answer the rest (tokens the stream never showed, such as the end, go with it).
+            stats["thinking_tokens"] = min(gen.thinking_tokens, stats["tokens"])
+            stats["answer_tokens"] = stats["tokens"] - stats["thinking_tokens"]
         return stats
 
     def _save_progress(self) -> None:

@@ -55,7 +55,9 @@ def title_for(text: str, length: int = TITLE_LENGTH) -> str:
 @dataclass
 class Message:
     """One message. `draft_spans` are [start, end) character ranges of reply text that came
-    from accepted draft tokens; `stats` is the reply footer (tokens, tok/s, TTFT …)."""
+    from accepted draft tokens; `stats` is the reply footer (tokens, tok/s, TTFT …);
+    `reasoning` is the model's thinking before its answer (the server's `reasoning_content`),
+    shown as a collapsed block above the answer and never sent back to the model."""
 
     id: int
     conversation_id: int
@@ -67,6 +69,7 @@ class Message:
     error: str | None = None
     stats: dict[str, Any] = field(default_factory=dict)
     draft_spans: list[list[int]] = field(default_factory=list)
+    reasoning: str = ""
 
     def add_text(self, text: str, drafted: bool) -> None:
         """Append streamed text, extending the draft spans when it came from the draft.
@@ -95,6 +98,9 @@ class Conversation:
     model: str = ""  # path of the model this chat was last used with
     sampling: SamplingParams = DEFAULT_SAMPLING
     current_leaf: int | None = None
+    # The "Structured output" JSON schema as the user typed it ("" = off); sent as
+    # response_format json_schema when it is valid (app.chat.schema).
+    response_schema: str = ""
 
     def sampling_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self.sampling)

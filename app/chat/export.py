@@ -39,6 +39,9 @@ def to_markdown(conv: Conversation, path: list[Message]) -> str:
         lines += [f"> **System:** {quoted}", ""]
     for message in path:
         lines += ["## You" if message.role == "user" else "## Assistant", ""]
+        if message.reasoning.strip():  # folded, as in the app (GitHub and most viewers fold it)
+            lines += ["<details>", f"<summary>{thought_for(message.stats)}</summary>", "",
+                      message.reasoning.strip(), "", "</details>", ""]
         lines += [message.content.rstrip(), ""]
         if message.error:
             lines += [f"*Error: {message.error}*", ""]
@@ -54,29 +57,50 @@ def to_json(conv: Conversation, tree: MessageTree) -> dict[str, Any]:
         "format": "outrider-chat", "version": FORMAT_VERSION,
         "title": conv.title, "created": conv.created, "updated": conv.updated,
         "system_prompt": conv.system_prompt, "model": conv.model,
-        "sampling": conv.sampling_dict(),
+        "sampling": conv.sampling_dict(), "response_schema": conv.response_schema,
         "current_path": [m.id for m in tree.path(conv.current_leaf)],
         "messages": [
             {"id": m.id, "parent_id": m.parent_id, "role": m.role, "content": m.content,
-             "created": m.created, "status": m.status, "error": m.error, "stats": m.stats,
-             "draft_spans": m.draft_spans}
+             "reasoning": m.reasoning, "created": m.created, "status": m.status,
+             "error": m.error, "stats": m.stats, "draft_spans": m.draft_spans}
             for m in tree.all()
         ],
     }
 
 
+def thought_for(stats: dict[str, Any]) -> str:
+    """The title of a reply's thinking block, from the time between its first and last
+    reasoning text (`stats["thinking_s"]`).
+
+    >>> thought_for({"thinking_s": 4.23}), thought_for({"thinking_s": 75.0}), thought_for({})
+    ('Thought for 4.2 s', 'Thought for 1 min 15 s', 'Thought')
+    """
+    seconds = stats.get("thinking_s")
+    if not isinstance(seconds, int | float):
+        return "Thought"
+    if seconds < 60:
+        return f"Thought for {seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"Thought for {minutes} min {rest} s"
+
+
 def footer_text(stats: dict[str, Any]) -> str:
-    """The reply footer: tokens · tok/s · TTFT · acceptance (accepted/drafted) · what a
-    saved KV cache spared.
+    """The reply footer: tokens (thinking and answer apart when the model thought) · tok/s ·
+    TTFT · acceptance (accepted/drafted) · what a saved KV cache spared.
 
     >>> footer_text({"tokens": 42, "tokens_per_s": 35.06, "ttft_s": 0.213,
     ...              "acceptance_rate": 0.62, "drafted": 50, "accepted": 31})
     '42 tokens · 35.1 tok/s · TTFT 213 ms · acceptance 62% (31/50 drafted)'
     >>> footer_text({"tokens": 9, "resumed_tokens": 3912, "restore_s": 0.2134})
     '9 tokens · resumed 3,912 cached tokens in 0.21 s'
+    >>> footer_text({"tokens": 400, "thinking_tokens": 312, "answer_tokens": 88})
+    '312 thinking + 88 answer tokens'
     """
     parts: list[str] = []
-    if "tokens" in stats:
+    if "thinking_tokens" in stats:
+        parts.append(f"{stats['thinking_tokens']} thinking + "
+                     f"{stats.get('answer_tokens', 0)} answer tokens")
+    elif "tokens" in stats:
         parts.append(f"{stats['tokens']} tokens")
     if stats.get("tokens_per_s"):
         parts.append(fmt_rate(stats["tokens_per_s"]))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ DRAFT_END = "\ue001"
 _BLOCK_SYNTAX = re.compile(r"[ \t]*(?:#{1,6} |[-*+] |\d+[.)] |> |```\w*|\|)*")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 SEGMENT_CHARS = 1500
-__all__ = ["LIGHT", "MarkdownRenderer", "Rendered", "mark_drafts", "segment_bounds"]
+__all__ = ["LIGHT", "MarkdownRenderer", "Rendered", "json_block", "mark_drafts", "segment_bounds"]
 
 
 def segment_bounds(text: str, size: int = SEGMENT_CHARS) -> list[int]:
@@ -70,6 +71,38 @@ def segment_bounds(text: str, size: int = SEGMENT_CHARS) -> list[int]:
     if bounds[-1] != len(text) or len(bounds) == 1:
         bounds.append(len(text))
     return bounds
+
+
+def json_block(text: str) -> str | None:
+    """A reply that is JSON as a whole (an object or an array, as structured output gives)
+    as a fenced `json` block, pretty-printed; None for any other text. The fence is longer
+    than any run of backticks inside, so a string value holding one cannot close it.
+
+    >>> print(json_block('{"name": "Ada", "tags": ["x"]}'))
+    ```json
+    {
+      "name": "Ada",
+      "tags": [
+        "x"
+      ]
+    }
+    ```
+    >>> json_block('"just a string"') is None, json_block('{"half": ') is None
+    (True, True)
+    """
+    stripped = text.strip()
+    if not stripped or (stripped[0], stripped[-1]) not in (("{", "}"), ("[", "]")):
+        return None  # cheap refusal: a streaming reply is asked about at every repaint
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        return None
+    if not isinstance(value, dict | list):
+        return None
+    pretty = json.dumps(value, indent=2, ensure_ascii=False)
+    longest = max((len(run) for run in re.findall(r"`+", pretty)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}json\n{pretty}\n{fence}"
 
 
 @dataclass(frozen=True)

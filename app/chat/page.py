@@ -61,8 +61,8 @@ class ChatPage(QtWidgets.QWidget):
         if settings is not None:
             self.drafts_button.setChecked(settings.settings.highlight_drafts)
             self.drafts_button.toggled.connect(self._remember_drafts)
-        self.settings_button = self._toggle("Chat settings", "System prompt and sampling for "
-                                            "this conversation")
+        self.settings_button = self._toggle("Chat settings", "System prompt, sampling and structured "
+                                            "output for this conversation")
         self.settings_button.toggled.connect(self.settings.setVisible)
         self.export_button = QtWidgets.QToolButton()
         self.export_button.setText("Export ▾")
@@ -128,14 +128,15 @@ class ChatPage(QtWidgets.QWidget):
         composer.send_refused.connect(self._on_send_refused)
         c.busy_changed.connect(transcript.set_busy)
         composer.submitted.connect(self._send)
-        composer.edit_submitted.connect(c.edit_and_resend)
+        composer.edit_submitted.connect(c.edit_and_resend)  # refused by the composer when blocked
         composer.stop_requested.connect(c.stop)
         transcript.edit_requested.connect(self._start_edit)
-        transcript.regenerate_requested.connect(c.regenerate)
+        transcript.regenerate_requested.connect(self._regenerate)
         transcript.branch_requested.connect(c.switch_branch)
         transcript.open_log_requested.connect(self.open_log_requested)
         self.settings.system_prompt_changed.connect(c.set_system_prompt)
         self.settings.sampling_changed.connect(c.set_sampling)
+        self.settings.response_schema_changed.connect(c.set_response_schema)
         self.settings.problem.connect(self.message)
         self.picker.model_chosen.connect(c.set_model)
         composer.set_blocked(c.send_blocked_reason())
@@ -171,13 +172,25 @@ class ChatPage(QtWidgets.QWidget):
                                                           highlight_drafts=on))
 
     def _on_send_refused(self, reason: str) -> None:
-        """Enter with no model: say why, and take the user to the model picker."""
+        """Enter with no model: say why, and take the user to the model picker; with an
+        invalid structured output schema: to that field, in the opened settings drawer."""
         self.message.emit(reason)
-        self.picker.combo.setFocus()
+        if self.controller.schema_problem():
+            self.settings_button.setChecked(True)
+            self.settings.response_schema.setFocus()
+        else:
+            self.picker.combo.setFocus()
 
     def _send(self, text: str) -> None:
         self.settings.flush()
         self.controller.send(text)
+
+    def _regenerate(self, message_id: int) -> None:
+        reason = self.controller.send_blocked_reason()
+        if reason and self.controller.schema_problem():  # say why, rather than do nothing
+            self._on_send_refused(reason)
+        else:
+            self.controller.regenerate(message_id)
 
     def _start_edit(self, message_id: int) -> None:
         self.composer.start_edit(message_id, self.controller.tree.get(message_id).content)

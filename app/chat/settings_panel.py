@@ -1,29 +1,43 @@
-"""Per-conversation settings: system prompt and sampling, shown in a drawer under the header.
+"""Per-conversation settings: system prompt, sampling and structured output, shown in a
+drawer under the header.
 
 Values are validated by `SamplingParams` itself; a change is applied when the user leaves
-the field (or after a short pause while typing the system prompt).
+the field (or after a short pause while typing the system prompt). The structured output
+schema is checked at every keystroke (`app.chat.schema`): the line under it says in red why
+it cannot be used, and each edit reaches the chat at once, so Send knows whether it may go.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from app.chat import schema
 from app.chat.conversation import DEFAULT_SAMPLING, Conversation
 from app.qt import QtCore, QtGui, QtWidgets, Signal
-from app.widgets import muted_label
+from app.widgets import ElidedLabel, muted_label
 from runtime.errors import SettingsError
 from runtime.events import SamplingParams
+
+SCHEMA_PLACEHOLDER = ('{"type": "object", "properties": {"answer": {"type": "string"}}, '
+                      '"required": ["answer"]}')
+SCHEMA_OFF = "Empty: off. A JSON schema here makes every reply match it."
+SCHEMA_ON = "Valid: sent as response_format json_schema (strict); replies match it."
 
 
 class ConversationSettings(QtWidgets.QFrame):
     """Signals:
         system_prompt_changed(str)
         sampling_changed(SamplingParams)
+        response_schema_changed(str): the structured output field as typed (valid or not).
         problem(str): a value was refused (the message says why).
+
+    Attributes:
+        response_schema: the structured output field; schema_status: the line under it.
     """
 
     system_prompt_changed = Signal(str)
     sampling_changed = Signal(object)
+    response_schema_changed = Signal(str)
     problem = Signal(str)
 
     def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
@@ -67,6 +81,20 @@ class ConversationSettings(QtWidgets.QFrame):
         self._columns = 0
         self._place(3)
         layout.addLayout(self._grid)
+
+        layout.addWidget(muted_label("Structured output (JSON schema)"))
+        self.response_schema = QtWidgets.QPlainTextEdit()
+        self.response_schema.setObjectName("responseSchema")
+        self.response_schema.setPlaceholderText(SCHEMA_PLACEHOLDER)
+        self.response_schema.setFont(
+            QtGui.QFontDatabase.systemFont(QtGui.QFontDatabase.SystemFont.FixedFont))
+        self.response_schema.setTabChangesFocus(True)
+        self.response_schema.setFixedHeight(58)
+        self.response_schema.textChanged.connect(self._on_schema_edited)
+        layout.addWidget(self.response_schema)
+        self.schema_status = ElidedLabel(SCHEMA_OFF)  # one line; the whole reason in its tip
+        self.schema_status.setObjectName("muted")
+        layout.addWidget(self.schema_status)
 
     # -- layout: three label/field pairs a row where they fit, else two or one -----------
     # A fixed three would make the drawer ~600 px wide at least; opening it then squeezed
@@ -128,8 +156,32 @@ class ConversationSettings(QtWidgets.QFrame):
             self.top_k.setValue(sampling.top_k)
             self.max_tokens.setValue(sampling.max_tokens)
             self.seed.setValue(-1 if sampling.seed is None else sampling.seed)
+            schema_text = conv.response_schema if conv else ""
+            if schema_text != self.response_schema.toPlainText():  # (keeps the cursor while
+                self.response_schema.setPlainText(schema_text)     # typing starts a chat)
+            self._show_schema_status()
         finally:
             self._loading = False
+
+    def _on_schema_edited(self) -> None:
+        self._show_schema_status()
+        if not self._loading:
+            self.response_schema_changed.emit(self.response_schema.toPlainText())
+
+    def _show_schema_status(self) -> None:
+        text = self.response_schema.toPlainText()
+        problem = schema.check(text)
+        self.schema_status.setText(problem or (SCHEMA_ON if text.strip() else SCHEMA_OFF))
+        name = "errorText" if problem else "muted"
+        if self.schema_status.objectName() != name:
+            self.schema_status.setObjectName(name)
+            style = self.schema_status.style()  # the style sheet picks colours by name
+            style.unpolish(self.schema_status)
+            style.polish(self.schema_status)
+
+    def schema_problem(self) -> str:
+        """Why the structured output field cannot be used ("" when it can, or is empty)."""
+        return schema.check(self.response_schema.toPlainText())
 
     def sampling(self) -> SamplingParams:
         seed = self.seed.value()

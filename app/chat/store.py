@@ -68,6 +68,12 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX messages_conversation ON messages(conversation_id, id);
     """,
+    # 1 → 2: a reply's thinking (reasoning_content) beside its answer; a chat's structured
+    # output schema beside its other settings. Old rows read as "" (no thinking, no schema).
+    """
+    ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT '';
+    ALTER TABLE conversations ADD COLUMN response_schema TEXT NOT NULL DEFAULT '';
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -146,13 +152,15 @@ class ChatStore:
 
     def create_conversation(self, title: str = "New chat", system_prompt: str = "",
                             model: str = "", sampling: SamplingParams = DEFAULT_SAMPLING,
-                            ) -> Conversation:
+                            response_schema: str = "") -> Conversation:
         now = time.time()
-        conv = Conversation(0, title, now, now, system_prompt, model, sampling)
+        conv = Conversation(0, title, now, now, system_prompt, model, sampling,
+                            response_schema=response_schema)
         cursor = self._db.execute(
-            "INSERT INTO conversations (title, created, updated, system_prompt, model, sampling) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (title, now, now, system_prompt, model, json.dumps(conv.sampling_dict())))
+            "INSERT INTO conversations (title, created, updated, system_prompt, model, sampling, "
+            "response_schema) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (title, now, now, system_prompt, model, json.dumps(conv.sampling_dict()),
+             response_schema))
         conv.id = int(cursor.lastrowid or 0)
         return conv
 
@@ -160,18 +168,19 @@ class ChatStore:
         conv.updated = time.time()
         self._db.execute(
             "UPDATE conversations SET title=?, updated=?, system_prompt=?, model=?, sampling=?, "
-            "current_leaf=? WHERE id=?",
+            "current_leaf=?, response_schema=? WHERE id=?",
             (conv.title, conv.updated, conv.system_prompt, conv.model,
-             json.dumps(conv.sampling_dict()), conv.current_leaf, conv.id))
+             json.dumps(conv.sampling_dict()), conv.current_leaf, conv.response_schema, conv.id))
 
     def conversation(self, conversation_id: int) -> Conversation:
         row = self._db.execute(
-            "SELECT id, title, created, updated, system_prompt, model, sampling, current_leaf "
-            "FROM conversations WHERE id=?", (conversation_id,)).fetchone()
+            "SELECT id, title, created, updated, system_prompt, model, sampling, current_leaf, "
+            "response_schema FROM conversations WHERE id=?", (conversation_id,)).fetchone()
         if row is None:
             raise ChatStoreError(f"There is no conversation {conversation_id}")
         sampling = sampling_from_dict(json.loads(row[6])) if row[6] != "{}" else DEFAULT_SAMPLING
-        return Conversation(row[0], row[1], row[2], row[3], row[4], row[5], sampling, row[7])
+        return Conversation(row[0], row[1], row[2], row[3], row[4], row[5], sampling, row[7],
+                            row[8])
 
     def list_conversations(self, offset: int = 0, limit: int = 100,
                            query: str = "") -> list[ConversationSummary]:
@@ -195,9 +204,10 @@ class ChatStore:
     def messages(self, conversation_id: int) -> list[Message]:
         rows = self._db.execute(
             "SELECT id, conversation_id, parent_id, role, content, created, status, error, stats, "
-            "draft_spans FROM messages WHERE conversation_id=? ORDER BY id", (conversation_id,))
+            "draft_spans, reasoning FROM messages WHERE conversation_id=? ORDER BY id",
+            (conversation_id,))
         return [Message(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], json.loads(r[8]),
-                        json.loads(r[9])) for r in rows]
+                        json.loads(r[9]), r[10]) for r in rows]
 
     def add_message(self, conversation_id: int, parent_id: int | None, role: Role,
                     content: str, status: Status = "done") -> Message:
@@ -211,6 +221,7 @@ class ChatStore:
 
     def save_message(self, message: Message) -> None:
         self._db.execute(
-            "UPDATE messages SET content=?, status=?, error=?, stats=?, draft_spans=? WHERE id=?",
+            "UPDATE messages SET content=?, status=?, error=?, stats=?, draft_spans=?, reasoning=? "
+            "WHERE id=?",
             (message.content, message.status, message.error, json.dumps(message.stats),
-             json.dumps(message.draft_spans), message.id))
+             json.dumps(message.draft_spans), message.reasoning, message.id))

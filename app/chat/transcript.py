@@ -7,6 +7,11 @@ coalesced into at most ~25 repaints a second. A card's text is cut into segments
 repaint re-renders and re-lays out only the growing last segment: the cost of a flush does not
 grow with the length of the reply. Only the newest `PAGE` messages get cards at first; "Show
 earlier messages" adds more, so long transcripts open fast.
+
+A reply with thinking gets a `ThinkingBlock` above its answer: folded, titled "Thinking…"
+while the model thinks and "Thought for 4.2 s" after; a click unfolds the text, which then
+grows by appending only what is new. A reply that is JSON as a whole shows as a pretty-printed
+`json` code block (`markdown.json_block`).
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ from __future__ import annotations
 import itertools
 
 from app.chat.conversation import Message, MessageTree
-from app.chat.export import footer_text
-from app.chat.markdown import MarkdownRenderer, segment_bounds
+from app.chat.export import footer_text, thought_for
+from app.chat.markdown import MarkdownRenderer, json_block, segment_bounds
+from app.chat.thinking import Body, ThinkingBlock
 from app.qt import Qt, QtCore, QtGui, QtWidgets, Signal
 from app.theme import Palette
 from app.throttle import Throttle
@@ -28,38 +34,10 @@ _WAITING = {"waiting": "Starting the engine…", "streaming": "Writing…"}
 STOPPED_EARLY = "Stopped before the first token"
 
 
-class _Body(QtWidgets.QTextBrowser):
-    """A borderless rich-text body that is always exactly as tall as its text."""
-
-    link_clicked = Signal(str)
-
-    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("bubbleBody")
-        self.setOpenLinks(False)
-        self.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setSizePolicy(QtWidgets.QSizePolicy.Policy.Expanding,
-                           QtWidgets.QSizePolicy.Policy.Fixed)
-        self.document().setDocumentMargin(2)
-        self.document().documentLayout().documentSizeChanged.connect(self._fit)
-        self.anchorClicked.connect(lambda url: self.link_clicked.emit(url.toString()))
-        self.setFixedHeight(24)
-
-    def _fit(self, size: QtCore.QSizeF) -> None:
-        height = int(size.height() + 0.999) + 2 * self.frameWidth()
-        if height != self.height():
-            self.setFixedHeight(height)
-
-    def wheelEvent(self, event: QtGui.QWheelEvent) -> None:
-        event.ignore()  # let the transcript scroll; this body never scrolls itself
-
-
 class _Segment:
     """One separately rendered piece of a message: its body and what it last showed."""
 
-    def __init__(self, body: _Body) -> None:
+    def __init__(self, body: Body) -> None:
         self.body = body
         self.key: tuple[object, ...] | None = None
         self.code_blocks: list[str] = []
@@ -120,6 +98,7 @@ class MessageCard(QtWidgets.QFrame):
                                                 lambda: self.action.emit("regenerate", message.id))
             header.addWidget(self.regenerate_button)
         layout.addLayout(header)
+        self.thinking: ThinkingBlock | None = None  # made for the first thinking text
 
         self._bodies = QtWidgets.QVBoxLayout()
         self._bodies.setSpacing(0)
@@ -162,6 +141,7 @@ class MessageCard(QtWidgets.QFrame):
     def refresh(self, busy: bool) -> None:
         """Redraw what changed since the last call (cheap when nothing did)."""
         m = self.message
+        self._render_thinking()
         self._render_segments()
         show = bool(m.content) or m.status not in ("waiting", "streaming")
         for segment in self._segments:
@@ -183,19 +163,37 @@ class MessageCard(QtWidgets.QFrame):
         else:
             self.edit_button.setEnabled(not busy)
 
+    def _render_thinking(self) -> None:
+        m = self.message
+        if not m.reasoning and self.thinking is None:
+            return
+        if self.thinking is None:
+            self.thinking = ThinkingBlock(self)
+            layout = self.layout()
+            if isinstance(layout, QtWidgets.QBoxLayout):
+                layout.insertWidget(1, self.thinking)  # under the header, above the answer
+        still = m.status in ("waiting", "streaming") and not m.content
+        self.thinking.show_thinking(m.reasoning, ThinkingBlock.THINKING if still else thought_for(m.stats),
+                                    self._renderer.palette.muted)
+        self.thinking.setVisible(bool(m.reasoning))
+
     def _render_segments(self) -> None:
         m = self.message
-        bounds = segment_bounds(m.content)
+        content, draft_spans = m.content, m.draft_spans
+        block = json_block(content) if m.role == "assistant" else None
+        if block is not None:  # structured output: the JSON, pretty, as a code block
+            content, draft_spans = block, []
+        bounds = segment_bounds(content)
         first_block = 0
         for i, (start, end) in enumerate(itertools.pairwise(bounds)):
             if i == len(self._segments):
-                body = _Body(self)
+                body = Body(self)
                 body.link_clicked.connect(self._on_link)
                 self._bodies.addWidget(body)
                 self._segments.append(_Segment(body))
             segment = self._segments[i]
-            text = m.content[start:end]
-            spans = _spans_within(m.draft_spans, start, end) if self.highlight_drafts else None
+            text = content[start:end]
+            spans = _spans_within(draft_spans, start, end) if self.highlight_drafts else None
             key = (text, str(spans), id(self._renderer), first_block)
             if key != segment.key:
                 rendered = self._renderer.render(text, spans, first_block)

@@ -113,11 +113,15 @@ def parse_ready_line(line: str, api_key: str) -> ServerAddress | None:
 
 @dataclass(frozen=True)
 class ReplyDelta:
-    """New text of a streaming reply, with the tokens behind it when the server says."""
+    """New text of a streaming reply, with the tokens behind it when the server says.
+    `text` is answer text (`delta.content`), `reasoning` the model's thinking that the server
+    split out of it (`delta.reasoning_content`); one chunk may carry either, both or neither
+    (tokens whose text the server held back, such as a `</think>` marker)."""
 
     text: str
     token_ids: tuple[int, ...] = ()
     from_draft: tuple[bool, ...] = ()
+    reasoning: str = ""
 
     @property
     def drafted(self) -> bool:
@@ -202,7 +206,10 @@ def parse_chat_chunk(payload: dict[str, Any]) -> list[ChunkItem]:
 
     >>> parse_chat_chunk({"id": "c1", "choices": [{"index": 0, "delta": {"content": "Hi"},
     ...     "finish_reason": None}], "outrider": {"token_ids": [5], "from_draft": [True]}})
-    [ReplyDelta(text='Hi', token_ids=(5,), from_draft=(True,))]
+    [ReplyDelta(text='Hi', token_ids=(5,), from_draft=(True,), reasoning='')]
+    >>> parse_chat_chunk({"choices": [{"index": 0, "delta": {"reasoning_content": "Hm"}}],
+    ...     "outrider": {"token_ids": [7, 8]}})[0].reasoning
+    'Hm'
     """
     if "error" in payload:
         raise WireError(str(payload["error"]))
@@ -213,11 +220,15 @@ def parse_chat_chunk(payload: dict[str, Any]) -> list[ChunkItem]:
     if choice is None:
         return items  # e.g. the trailing usage-only chunk of include_usage
     extra = choice.get("outrider") or extra
-    text = (choice.get("delta") or {}).get("content") or ""
+    delta = choice.get("delta") or {}
+    text = delta.get("content") or ""
+    reasoning = delta.get("reasoning_content") or ""
+    if not isinstance(text, str) or not isinstance(reasoning, str):
+        raise WireError("delta content and reasoning_content must be text")
     token_ids = tuple(int(t) for t in extra.get("token_ids") or ())
     from_draft = tuple(bool(f) for f in extra.get("from_draft") or ())
-    if text or token_ids:
-        items.append(ReplyDelta(text, token_ids, from_draft))
+    if text or reasoning or token_ids:
+        items.append(ReplyDelta(text, token_ids, from_draft, reasoning))
     if isinstance(extra.get("step"), dict):
         items.append(parse_step(str(payload.get("id", "")), 0, extra["step"]))
     reason = choice.get("finish_reason")

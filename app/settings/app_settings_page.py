@@ -1,5 +1,6 @@
 """The app's own settings: models folder, Hugging Face token, Hub endpoint, preferred quant,
-parallel downloads, the local server, theme, and what the fit verdicts assume.
+parallel downloads, the local server, the disk kept for saved conversations' KV caches,
+theme, and what the fit verdicts assume.
 
 Each change is validated at once (`runtime.settings.user`); a refused value is explained in
 one line and the saved settings stay as they were. Secrets are never put back into a widget:
@@ -22,6 +23,7 @@ from runtime.errors import SettingsError
 from runtime.settings.load import KV_CACHE_TYPES
 from runtime.settings.user import (
     MAX_PARALLEL_DOWNLOADS,
+    MAX_SAVED_KV_GIB,
     QUANT_LEVELS,
     THEMES,
     AppSettings,
@@ -84,6 +86,19 @@ class AppSettingsPage(QtWidgets.QWidget):
         generate.clicked.connect(self._on_generate_key)
         self.allow_network = QtWidgets.QCheckBox(
             "Allow other computers to connect (listen on every network interface)")
+        self.saved_kv = QtWidgets.QDoubleSpinBox()
+        self.saved_kv.setObjectName("saved_kv_gib")
+        self.saved_kv.setRange(0, MAX_SAVED_KV_GIB)
+        self.saved_kv.setDecimals(1)
+        self.saved_kv.setSingleStep(0.5)
+        self.saved_kv.setSuffix(" GiB")
+        self.saved_kv.setSpecialValueText("off (every chat recomputes its prompt)")
+        self.saved_kv_note = QtWidgets.QLabel(
+            "A finished chat's KV cache is kept on disk, so coming back to it — after "
+            "switching chats or restarting — skips recomputing the prompt. The least "
+            "recently used go first. Applies when the engine next starts.")
+        self.saved_kv_note.setObjectName("muted")
+        self.saved_kv_note.setWordWrap(True)
         self.theme = QtWidgets.QComboBox()
         self.theme.addItems(list(THEMES))
         self.fit_ctx = QtWidgets.QSpinBox()
@@ -106,6 +121,9 @@ class AppSettingsPage(QtWidgets.QWidget):
         server.addRow("Port", self.port)
         server.addRow("API key", _row(self.api_key, self.show_key, generate))
         server.addRow("", self.allow_network)
+        saved = QtWidgets.QFormLayout()
+        saved.addRow("Disk for KV caches", self.saved_kv)
+        saved.addRow(self.saved_kv_note)
         look = QtWidgets.QFormLayout()
         look.addRow("Theme", self.theme)
         fit = QtWidgets.QFormLayout()
@@ -120,7 +138,8 @@ class AppSettingsPage(QtWidgets.QWidget):
         layout = QtWidgets.QVBoxLayout(self)
         layout.addWidget(self.problem)
         for title, form in (("Models and the Hub", library), ("Local server", server),
-                            ("Appearance", look), ("Fit verdicts", fit)):
+                            ("Saved conversations", saved), ("Appearance", look),
+                            ("Fit verdicts", fit)):
             box = QtWidgets.QGroupBox(title)
             box.setLayout(form)
             layout.addWidget(box)
@@ -133,6 +152,7 @@ class AppSettingsPage(QtWidgets.QWidget):
         self.api_key.editingFinished.connect(self._on_key_entered)
         for spin in (self.parallel, self.port, self.fit_ctx):
             spin.valueChanged.connect(self.apply)
+        self.saved_kv.valueChanged.connect(self.apply)
         for combo in (self.preferred, self.theme, self.fit_k, self.fit_v):
             combo.currentIndexChanged.connect(self.apply)
         self.allow_network.toggled.connect(self.apply)
@@ -150,6 +170,7 @@ class AppSettingsPage(QtWidgets.QWidget):
             self.parallel.setValue(s.hub.parallel_downloads)
             self.port.setValue(s.server.port)
             self.allow_network.setChecked(s.server.allow_network)
+            self.saved_kv.setValue(s.saved_kv_gib)
             self.theme.setCurrentText(s.theme)
             self.fit_ctx.setValue(s.fit.n_ctx)
             self.fit_k.setCurrentText(s.fit.type_k)
@@ -188,6 +209,7 @@ class AppSettingsPage(QtWidgets.QWidget):
                             parallel_downloads=self.parallel.value()),
             server=ServerSettings(port=self.port.value(),
                                   allow_network=self.allow_network.isChecked()),
+            saved_kv_gib=self.saved_kv.value(),
             fit=FitDefaults(n_ctx=self.fit_ctx.value(), type_k=self.fit_k.currentText(),
                             type_v=self.fit_v.currentText()))
 

@@ -18,6 +18,7 @@ from typing import Literal
 from app.qt import Qt, QtGui, QtWidgets, Signal
 from app.services.drafts import DraftCandidate
 from app.settings.kv_notes import kv_note
+from app.settings.moe_spin import ExpertLayersSpin
 from runtime.events import SamplingParams
 from runtime.settings.load import KV_CACHE_TYPES, DraftSettings, LoadSettings
 from runtime.settings.user import ModelPrefs
@@ -57,12 +58,8 @@ class LoadForm(QtWidgets.QWidget):
         self.gpu_note.setObjectName("muted")
         gpu_row = _row(self.gpu_auto, self.gpu_layers, self.gpu_layers_value)
         # MoE experts on CPU: -1 auto, 0 none, N the first N blocks, all blocks = "all".
-        self.cpu_moe = _spin(-1, 0)
+        self.cpu_moe = ExpertLayersSpin()
         self.cpu_moe.setObjectName("cpu_moe")
-        self.cpu_moe.setSpecialValueText("auto (most on the GPU that fit)")
-        self.cpu_moe.setSuffix(" layers")
-        self.cpu_moe.setToolTip("Keep the expert weights of the first N layers in RAM: "
-                                "attention and shared weights stay on the GPU")
 
         self.type_k = _combo([(t, t) for t in KV_CACHE_TYPES])
         self.type_v = _combo([(t, t) for t in KV_CACHE_TYPES])
@@ -149,7 +146,7 @@ class LoadForm(QtWidgets.QWidget):
             load, s = prefs.load, prefs.sampling
             self._moe_blocks = max(moe_blocks, 0)
             self._memory.setRowVisible(self.cpu_moe, moe_blocks > 0)
-            self.cpu_moe.setRange(-1, max(moe_blocks, 0))
+            self.cpu_moe.set_blocks(moe_blocks)
             self.cpu_moe.setValue(-1 if load.cpu_moe == "auto" else moe_blocks
                                   if load.cpu_moe == "all" else min(load.cpu_moe, moe_blocks))
             self.n_ctx.setValue(load.n_ctx)

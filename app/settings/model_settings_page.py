@@ -238,7 +238,7 @@ class ModelSettingsPage(QtWidgets.QWidget):
             if self._plan_request is not None:
                 self._start_plan()  # settings changed meanwhile: only the newest is shown
             elif generation == self._generation:
-                self.plan_view.show_plan(plan, notes, info.n_ctx_train)
+                self.plan_view.show_plan(plan, notes, info.n_ctx_train, is_moe=info.is_moe)
 
         def failed(exc: object) -> None:
             self._planning = False

@@ -48,6 +48,19 @@ def sliding_window_text(plan: MemoryPlan) -> str:
             f"{plan.swa_cells:,} tokens")
 
 
+def experts_text(plan: MemoryPlan, is_moe: bool) -> str:
+    """Where a mixture-of-experts model's expert weights go, as planned (for "auto", what it
+    chose): "MoE experts in RAM: the first 34 of 48 layers"; "" for a dense model."""
+    if not is_moe:
+        return ""
+    n, blocks = plan.cpu_moe_layers, plan.n_blocks
+    if n == 0:
+        return "MoE experts in RAM: none (all with their layers)"
+    if n >= blocks:
+        return f"MoE experts in RAM: all {blocks} layers"
+    return f"MoE experts in RAM: the first {n} of {blocks} layers"
+
+
 TRAINED_TIP = ("The model's trained context: the longest it was made for. Memory would hold "
                "more, so memory is not the limit here.")
 
@@ -101,7 +114,7 @@ class PlanView(QtWidgets.QGroupBox):
         layout.addStretch(1)
 
     def show_plan(self, plan: MemoryPlan, extra_notes: tuple[str, ...] = (),
-                  n_ctx_train: int = 0) -> None:
+                  n_ctx_train: int = 0, *, is_moe: bool = False) -> None:
         self.plan = plan
         self.verdict.setText(badge_text({"verdict": plan.verdict, "gpu_layers": plan.gpu_layers,
                                          "n_layers": plan.n_layers}))
@@ -114,8 +127,8 @@ class PlanView(QtWidgets.QGroupBox):
         self.devices.setText("\n".join(
             f"{d.name}: {fmt_bytes(d.total)} of {fmt_bytes(d.free_bytes)} free"
             + ("" if d.fits else " — too much") for d in plan.devices))
-        window = sliding_window_text(plan)
-        self.notes.setText("\n".join((*plan.notes, *((window,) if window else ()), *extra_notes)))
+        said = (sliding_window_text(plan), experts_text(plan, is_moe))
+        self.notes.setText("\n".join((*plan.notes, *(s for s in said if s), *extra_notes)))
 
     def show_message(self, text: str) -> None:
         """No plan: say why (reading the model, a setting refused …)."""

@@ -13,11 +13,14 @@ implements it; one engine thread owns every llama.cpp object behind it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+import numpy as np
+
+from runtime.chat.families import Family
 from runtime.events import Event, GenerationRequest
 from runtime.settings.load import LoadSettings
 
@@ -42,6 +45,10 @@ class LoadedModel:
     allocated: dict[str, int] = field(default_factory=dict)  # llama.cpp's buffers, from its log
     draft: str | None = None  # draft model name, "ngram", or None
     draft_refused: str | None = None  # why a requested draft model was refused
+    chat_family: str = "plain"  # the template's tool-call / reasoning family (runtime.chat.families)
+    # What the model can be asked for: "tools" (its family's calls are rendered and parsed),
+    # "reasoning" (its thinking is split from the answer), "structured_output" (always).
+    capabilities: tuple[str, ...] = ("structured_output",)
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,22 @@ class EngineMetrics:
     kv_cells_total: int
     active_sequences: int
     waiting_sequences: int
+
+
+EmbeddingInput = str | Sequence[int]  # a text, or token ids used as they are
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    """What `EngineAPI.embed` answers: a unit-length float32 vector per input, in order."""
+
+    vectors: tuple[np.ndarray, ...]
+    n_tokens: tuple[int, ...]  # tokens of each input, specials included
+    pooling: str  # "mean", "cls", "last" (runtime.engine.embeddings.pooling_for)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(self.n_tokens)
 
 
 class RequestHandle(Protocol):
@@ -107,6 +130,24 @@ class EngineAPI(Protocol):
 
     def metrics(self) -> EngineMetrics: ...
 
-    def render_chat(self, messages: Any) -> str:
-        """The prompt text the loaded model's chat template makes of `messages`."""
+    def render_chat(self, messages: Any, *, tools: Any = (), extra: Any = None) -> str:
+        """The prompt text the loaded model's chat template makes of `messages` (with
+        `tools` and the template kwargs `extra`, as a request's prompt is rendered)."""
+        ...
+
+    def template_family(self) -> Family:
+        """The loaded model's template family (`LoadedModel.chat_family` is its name): how
+        its replies mark thinking and calls. Raises NoModelLoaded."""
+        ...
+
+    def special_tokens(self, texts: Any) -> dict[str, int]:
+        """Of `texts`, those the loaded model's vocabulary holds as one special (added or
+        control) token: text → token id. Raises NoModelLoaded."""
+        ...
+
+    def embed(self, inputs: Sequence[EmbeddingInput]) -> Embeddings:
+        """An embedding of each input, batched with generation on the engine thread.
+        Blocks; raises NoModelLoaded, ContextOverflow (an input over the limit, named),
+        SettingsError (no input, an empty one, a token id beyond the vocabulary) or
+        EmbeddingsUnsupported (a reranker, an encoder-decoder model)."""
         ...

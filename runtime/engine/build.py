@@ -9,10 +9,13 @@ Every engine gets:
 
 - drafting (`Speculation`): it attaches per load only when the settings ask for a draft
   model or prompt lookup, so a plain load costs nothing for it;
-- the memory planner's GPU-layer choice for "auto" (`runtime.planner.gpu_layers`), asked
-  only where llama.cpp was built with a GPU backend — on a CPU build there is nothing to
-  decide, and the planner, which sees an NVIDIA card through NVML whatever llama.cpp was
-  built with, must not put layers on it;
+- the memory planner's choice for "auto" (`runtime.planner.gpu_layers`): GPU layers, and for
+  an MoE model with experts on CPU "auto" how many blocks keep their experts in RAM, from
+  one plan. Asked only where llama.cpp was built with a GPU backend — on a CPU build there
+  is nothing to decide, and the planner, which sees an NVIDIA card through NVML whatever
+  llama.cpp was built with, must not put layers on it;
+- a check of the tensor split and main GPU against the GPUs llama.cpp can use here (none on
+  a CPU build), on every load: llama.cpp would quietly drop shares of GPUs it lacks;
 - the load probe (`runtime.engine.probe`): a file not yet known to be good is first loaded
   in a child process, so a llama.cpp abort (GGML_ASSERT) ends the child, not the engine.
 
@@ -28,7 +31,9 @@ from runtime.engine.engine import Engine
 from runtime.engine.kv_store import KvStoreOptions
 from runtime.engine.probe import LoadProbe
 from runtime.llama.binding import supports_gpu_offload
-from runtime.planner.gpu_layers import planned_gpu_layers
+from runtime.planner.devices import Device, list_devices
+from runtime.planner.gpu_layers import Offload, planned_offload
+from runtime.planner.plan import check_gpu_split
 from runtime.settings.load import LoadSettings
 from runtime.speculative.speculation import Speculation
 
@@ -40,12 +45,20 @@ def build_engine(saved_kv: KvStoreOptions | None = None) -> Engine:
                   saved_kv=saved_kv)
 
 
-def auto_gpu_layers(settings: LoadSettings) -> int | None:
-    """GPU layers for `settings`: 0 on a CPU-only llama.cpp build, else the planner's count
-    (None when it cannot read the model: the engine then keeps it on the CPU and says so).
-    A count the user gave wins over either, so none is planned for it."""
-    if settings.gpu_layers is not None:
+def auto_gpu_layers(settings: LoadSettings) -> Offload | int | None:
+    """Placement for `settings`: 0 on a CPU-only llama.cpp build, else the planner's GPU
+    layers and "auto" experts in RAM (None when it cannot read the model: the engine then
+    keeps it on the CPU and says so). A GPU-layer count the user gave wins over either, so
+    none is planned for it unless the experts on CPU are "auto" (their count depends on the
+    layers). A tensor split or main GPU naming a GPU llama.cpp does not have here is a
+    one-line `SettingsError`, before anything is loaded."""
+    gpu_build = supports_gpu_offload()
+    devices: list[Device] | None = None
+    if settings.tensor_split is not None or settings.main_gpu is not None:
+        devices = list_devices() if gpu_build else []
+        check_gpu_split(settings, [d for d in devices if d.is_gpu], gpu_build=gpu_build)
+    if settings.gpu_layers is not None and settings.cpu_moe != "auto":
         return settings.gpu_layers
-    if not supports_gpu_offload():
+    if not gpu_build:
         return 0
-    return planned_gpu_layers(settings)
+    return planned_offload(settings, devices or None)

@@ -2,8 +2,19 @@
 
 Same environment as transformers' `apply_chat_template`: an immutable jinja2 sandbox with
 `trim_blocks`, `lstrip_blocks` and loop controls, a `tojson` that keeps non-ASCII text, and
-the globals `raise_exception` and `strftime_now`; the variables are `messages` (dicts with
-`role` and `content`), `add_generation_prompt`, `bos_token` and `eos_token`.
+the globals `raise_exception` and `strftime_now`. What llama.cpp's own jinja adds and real
+templates use works too: `{% generation %}` blocks, the `from_json` filter, `tojson` of a
+`map(...)`, `list.append` / `list.pop` (Kimi K2).
+
+The variables, as llama.cpp's `--jinja` sets them: `messages` (the dicts of
+`runtime.chat.messages`: tool calls in OpenAI's shape, tool results with `tool_call_id` and
+`name`, `reasoning_content`), `add_generation_prompt`, `bos_token`, `eos_token`, `tools`
+(only when there are tools: Hermes 2 Pro's tool-use template loops over it unguarded),
+`enable_thinking` (True unless the request says otherwise), `datetime`, `date_string`, and
+the request's template kwargs (`enable_thinking`, `reasoning_effort`, ...).
+
+`family` is the template's tool-call and reasoning format (`runtime.chat.families`),
+detected once at load from the text and a few test renders.
 
 A model without a template (or with one jinja cannot compile) gets ChatML, and says so:
 `source` is "fallback" and `note` explains why.
@@ -31,19 +42,24 @@ more per hostile request.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 import jinja2
 import jinja2.ext
+import jinja2.nodes
+import jinja2.sandbox
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from runtime.chat.families import PLAIN, Family, detect_family, writes_calls
+from runtime.chat.messages import CallContent, template_context, template_messages
 from runtime.errors import ChatTemplateError
 from runtime.events import ChatMessage
 
@@ -66,12 +82,39 @@ def _strftime_now(fmt: str) -> str:
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+                      sort_keys=sort_keys, default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    """`tools | map(attribute='function') | tojson`: jinja's `map` is a generator, which
+    llama.cpp's jinja (a list there) and templates written for it take for a list."""
+    if isinstance(value, Iterator):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _from_json(text: str) -> Any:
+    """llama.cpp's `from_json` filter (DeepSeek V3.2's template parses string arguments)."""
+    return json.loads(text)
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """transformers' `{% generation %}…{% endgeneration %}` (it marks the assistant's tokens
+    for training masks): rendered as its body."""
+
+    tags = {"generation"}  # noqa: RUF012 - jinja declares it so
+
+    def parse(self, parser: Any) -> list[jinja2.nodes.Node]:
+        next(parser.stream)
+        body: list[jinja2.nodes.Node] = parser.parse_statements(
+            ("name:endgeneration",), drop_needle=True)
+        return body
 
 
 _MAX_DEPTH = 64  # nested template calls (a recursive macro); real templates use 2 or 3
 _MAX_CHARS = 8 * 1024 * 1024  # rendered characters: twice the server's 4 MB body limit
 _TIME_LIMIT_S = 3.0  # real templates render 10,000 messages in about 50 ms
+_PROBE_TIME_LIMIT_S = 0.5  # each of the two renders `detect_family` makes at load
 
 
 class _RenderBudget:
@@ -105,6 +148,15 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
     threads at once."""
 
     intercepted_binops = frozenset({"+", "*", "**"})
+    # Kimi K2's templates queue ids with `list.append` / `list.pop`, as llama.cpp's jinja
+    # allows. Harmless here: every render gets its own copies of the messages and tools, and
+    # each call is budgeted like any other.
+    _ALLOWED_MUTATIONS = frozenset({"append", "pop"})
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if isinstance(obj, list) and attr in self._ALLOWED_MUTATIONS:
+            return jinja2.sandbox.SandboxedEnvironment.is_safe_attribute(self, obj, attr, value)
+        return super().is_safe_attribute(obj, attr, value)
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -191,8 +243,9 @@ def _bounded_filter(env: _BoundedSandbox, fn: Callable[..., Any]) -> Callable[..
 
 def _environment() -> _BoundedSandbox:
     env = _BoundedSandbox(trim_blocks=True, lstrip_blocks=True,
-                          extensions=[jinja2.ext.loopcontrols])
+                          extensions=[jinja2.ext.loopcontrols, _GenerationTag])
     env.filters["tojson"] = _tojson
+    env.filters["from_json"] = _from_json
     env.filters = {name: _bounded_filter(env, fn) for name, fn in env.filters.items()}
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -201,12 +254,6 @@ def _environment() -> _BoundedSandbox:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
-
-
-def _as_dict(message: ChatMessage | Mapping[str, Any]) -> dict[str, Any]:
-    if isinstance(message, ChatMessage):
-        return {"role": message.role, "content": message.content}
-    return dict(message)
 
 
 @dataclass(frozen=True)
@@ -222,12 +269,39 @@ class ChatTemplate:
     max_chars: int = _MAX_CHARS
     _env: _BoundedSandbox = field(init=False, repr=False, compare=False)
     _compiled: jinja2.Template = field(init=False, repr=False, compare=False)
+    _family: Family = field(init=False, repr=False, compare=False)
+    _call_content: CallContent = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Compile once per model (milliseconds), not per request.
         env = _environment()
         object.__setattr__(self, "_env", env)
         object.__setattr__(self, "_compiled", env.from_string(self.text))
+        object.__setattr__(self, "_family", PLAIN)
+        object.__setattr__(self, "_call_content", "empty")
+        if self.source == "model":
+            family = detect_family(self.text, render=self._probe)
+            object.__setattr__(self, "_family", family)
+            if family.tools:
+                object.__setattr__(self, "_call_content", self._how_calls_show(family))
+
+    def _how_calls_show(self, family: Family) -> CallContent:
+        as_object = family.arguments_as_object
+        if writes_calls(self._probe, arguments_as_object=as_object):
+            return "empty"
+        if writes_calls(self._probe, arguments_as_object=as_object, content=None):
+            return "null"
+        return "text"
+
+    @property
+    def family(self) -> Family:
+        """How this template marks tool calls and thinking ("plain" for the ChatML fallback)."""
+        return self._family
+
+    def _probe(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> str:
+        """One of `detect_family`'s test renders, on a shorter leash than a request's."""
+        return self._render(copy.deepcopy([dict(m) for m in messages]), True,
+                            copy.deepcopy([dict(t) for t in tools]), {}, _PROBE_TIME_LIMIT_S)
 
     @classmethod
     def from_model(cls, template: str | None, *, bos_token: str, eos_token: str) -> ChatTemplate:
@@ -243,22 +317,34 @@ class ChatTemplate:
                    note="the model has no chat template; using ChatML")
 
     def render(self, messages: Sequence[ChatMessage | Mapping[str, Any]], *,
-               add_generation_prompt: bool = True, **extra: Any) -> str:
-        """The prompt text for `messages`. A template's own `raise_exception` (e.g. "roles
-        must alternate") becomes a ChatTemplateError with its message; so does any other
-        failure of the template (a sandbox refusal, a loop past `time_limit_s`, output past
-        `max_chars`, runaway recursion) — never a bare exception or a hang."""
-        budget = _RenderBudget(self.time_limit_s, self.max_chars)
+               add_generation_prompt: bool = True, tools: Sequence[Mapping[str, Any]] = (),
+               extra: Mapping[str, Any] | None = None) -> str:
+        """The prompt text for `messages`, with `tools` (OpenAI function definitions) as the
+        template's `tools` and `extra` (template kwargs such as `enable_thinking`) as more
+        variables. A template's own `raise_exception` (e.g. "roles must alternate") becomes
+        a ChatTemplateError with its message; so does any other failure of the template (a
+        sandbox refusal, a loop past `time_limit_s`, output past `max_chars`, runaway
+        recursion) — never a bare exception or a hang."""
+        return self._render(template_messages(messages, self._family, self._call_content),
+                            add_generation_prompt,
+                            copy.deepcopy([dict(t) for t in tools]), dict(extra or {}),
+                            self.time_limit_s)
+
+    def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool,
+                tools: list[dict[str, Any]], extra: dict[str, Any], time_limit_s: float) -> str:
+        # Without tools `tools` stays undefined, as in llama.cpp: templates made for tool use
+        # (Hermes 2 Pro's, Command R+'s) loop over it unguarded, and over None that fails.
+        variables = {**template_context(tools), **extra, "messages": messages,
+                     "add_generation_prompt": add_generation_prompt,
+                     "bos_token": self.bos_token, "eos_token": self.eos_token}
+        if tools:
+            variables["tools"] = tools
+        budget = _RenderBudget(time_limit_s, self.max_chars)
         self._env.start(budget)
         try:
             chunks: list[str] = []
             size = 0
-            for chunk in self._compiled.generate(
-                    messages=[_as_dict(m) for m in messages],
-                    add_generation_prompt=add_generation_prompt,
-                    bos_token=self.bos_token,
-                    eos_token=self.eos_token,
-                    **extra):
+            for chunk in self._compiled.generate(**variables):
                 size += len(chunk)
                 if size > self.max_chars:
                     raise _TemplateTooCostly(f"its output passed {self.max_chars:,} characters")

@@ -47,8 +47,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.engine.api import EngineMetrics, EngineStatus, LoadedModel
+from runtime.chat.families import Family
+from runtime.engine.api import EmbeddingInput, Embeddings, EngineMetrics, EngineStatus, LoadedModel
 from runtime.engine.chat_template import ChatTemplate
+from runtime.engine.embeddings import Embedder, EmbeddingJob
 from runtime.engine.kv_store import KvStore, KvStoreOptions, cache_key
 from runtime.engine.prompt import PreparedPrompt, answer_budget, prepare_prompt
 from runtime.engine.scheduler import Scheduler, StepReport
@@ -65,6 +67,8 @@ from runtime.events import (
 )
 from runtime.llama.binding import Batch, LlamaContext, LlamaModel, supports_gpu_offload
 from runtime.llama.params import LlamaParams, to_llama_params
+from runtime.planner.gpu_layers import Offload
+from runtime.sampling.constraint import Constraint, ConstraintCompiler
 from runtime.sampling.sampler import Sampler
 from runtime.settings.load import LoadSettings
 from runtime.speculative.api import SpecSetup, Speculation
@@ -134,6 +138,8 @@ class _Loaded:
     template: ChatTemplate
     scheduler: Scheduler
     spec: SpecSetup | None
+    compiler: ConstraintCompiler  # structured output for this model's vocabulary
+    embedder: Embedder  # /v1/embeddings: its own llama.cpp context, made on first use
     # Preparations (worker threads) using `model` right now; unloading waits for 0.
     leases: int = 0
     closing: bool = False
@@ -169,11 +175,12 @@ class _Prepared:
     prompt: PreparedPrompt | None = None
     sampling: SamplingParams | None = None
     error: ErrorEvent | None = None
+    constraint: Constraint | None = None  # compiled here, off the engine thread
 
 
 @dataclass(frozen=True)
 class _Command:
-    kind: str  # load | unload | submit | admit | cancel | stop
+    kind: str  # load | unload | submit | admit | cancel | embed | stop
     payload: Any = None
     future: concurrent.futures.Future[Any] | None = None
 
@@ -182,7 +189,8 @@ class Engine:
     """Implements `runtime.engine.api.EngineAPI`.
 
     Collaborators are passed in: `speculation` sets up drafting per load (None: plain
-    decoding), `plan_gpu_layers` answers "auto" GPU layers (None: CPU only, said in notes),
+    decoding), `plan_gpu_layers` answers "auto" GPU layers, or an `Offload` with the "auto"
+    MoE experts in RAM too (None: CPU only, said in notes),
     `probe` loads a file once in a child process before the engine does (None: no probe;
     `runtime.engine.probe`), `saved_kv` keeps idle conversations' KV cells on disk and
     resumes them (None: the prefix cache ends with the slots; `runtime.engine.kv_store`).
@@ -190,7 +198,7 @@ class Engine:
     """
 
     def __init__(self, *, speculation: Speculation | None = None,
-                 plan_gpu_layers: Callable[[LoadSettings], int | None] | None = None,
+                 plan_gpu_layers: Callable[[LoadSettings], Offload | int | None] | None = None,
                  probe: Callable[[Path, LlamaParams], None] | None = None,
                  saved_kv: KvStoreOptions | None = None) -> None:
         self._speculation = speculation
@@ -298,11 +306,55 @@ class Engine:
             kv_cells_used=used, kv_cells_total=total,
             active_sequences=active, waiting_sequences=waiting)
 
-    def render_chat(self, messages: Any) -> str:
+    def render_chat(self, messages: Any, *, tools: Any = (), extra: Any = None) -> str:
         template = self._template
         if template is None:
             raise NoModelLoaded("no model is loaded; load one first")
-        return template.render(messages)
+        return template.render(messages, tools=tools, extra=extra)
+
+    def template_family(self) -> Family:
+        template = self._template
+        if template is None:
+            raise NoModelLoaded("no model is loaded; load one first")
+        return template.family
+
+    def special_tokens(self, texts: Any) -> dict[str, int]:
+        """Of `texts` (a call format's markers), those the vocabulary holds as one added or
+        control token: text → id, so a grammar asks for the token the model was trained to
+        write rather than its spelling. Tokenizing is read-only: any thread, under a lease."""
+        loaded = self._loaded
+        if loaded is None or not loaded.lease():
+            raise NoModelLoaded("no model is loaded; load one first")
+        try:
+            found: dict[str, int] = {}
+            for text in texts:
+                ids = loaded.model.tokenize(text, add_special=False, parse_special=True)
+                if len(ids) == 1 and len(loaded.model.tokenize(
+                        text, add_special=False, parse_special=False)) > 1:
+                    found[text] = ids[0]
+            return found
+        finally:
+            loaded.release()
+
+    def embed(self, inputs: Seq[EmbeddingInput]) -> Embeddings:
+        """Unit-length vectors for `inputs` (texts or token id lists), computed on the engine
+        thread between generation steps (`runtime.engine.embeddings`). Blocks; raises a
+        typed error (NoModelLoaded, ContextOverflow, SettingsError, EmbeddingsUnsupported)."""
+        loaded = self._loaded
+        if loaded is None or not loaded.lease():
+            raise NoModelLoaded("no model is loaded; load one first")
+        try:
+            job = loaded.embedder.prepare(inputs)  # tokenizing: here, not on the engine thread
+        finally:
+            loaded.release()
+        self._inbox.put(_Command("embed", (loaded, job)))
+        return job.future.result()
+
+    def _embed_now(self, loaded: _Loaded, job: EmbeddingJob) -> None:
+        if loaded is not self._loaded:
+            job.fail(NoModelLoaded("the model was unloaded"))
+            return
+        loaded.embedder.add(job)
 
     @property
     def loaded(self) -> LoadedModel | None:
@@ -312,7 +364,11 @@ class Engine:
 
     def _run(self) -> None:
         while True:
-            busy = self._loaded is not None and self._loaded.scheduler.has_work()
+            busy = self._loaded is not None and (self._loaded.scheduler.has_work()
+                                                 or self._loaded.embedder.has_work())
+            if (not busy and self._loaded is not None and self._inbox.empty()
+                    and self._loaded.scheduler.kv.save_next_idle()):
+                continue  # a finished conversation went to disk (kv_slots); look again
             try:
                 command = self._inbox.get(block=not busy)
             except queue.Empty:
@@ -330,6 +386,8 @@ class Engine:
                     command = None
             if self._loaded is not None and self._loaded.scheduler.has_work():
                 self._step(self._loaded)
+            if self._loaded is not None and self._loaded.embedder.has_work():
+                self._loaded.embedder.step()  # one batch between two steps: streams go on
 
     def _handle(self, command: _Command) -> None:
         future = command.future
@@ -348,6 +406,9 @@ class Engine:
                 result = None
             elif command.kind == "cancel":
                 self._cancel_now(command.payload)
+                result = None
+            elif command.kind == "embed":
+                self._embed_now(*command.payload)
                 result = None
             else:
                 raise ValueError(f"unknown engine command {command.kind!r}")
@@ -420,7 +481,8 @@ class Engine:
                 plan = self._plan_gpu_layers(settings)
             else:
                 plan = None if supports_gpu_offload() else 0  # CPU build: nothing to decide
-            params = to_llama_params(settings, plan)
+            offload = plan if isinstance(plan, Offload) else Offload(plan)
+            params = to_llama_params(settings, offload.gpu_layers, plan_cpu_moe=offload.cpu_moe)
             result = load_model(settings, params, on_progress, self._speculation, self._probe)
         except BaseException:
             self._state = "empty"
@@ -439,7 +501,8 @@ class Engine:
             verifier=result.spec.verifier if result.spec else None,
             k_max=result.spec.k_max if result.spec else 0, store=store)
         self._loaded = _Loaded(result.model, result.ctx, result.info, result.template,
-                               scheduler, result.spec)
+                               scheduler, result.spec, ConstraintCompiler.from_llama(result.model),
+                               Embedder(result.model, params))
         self._info, self._template = result.info, result.template
         self._update_counts(self._loaded)
         self._state = "ready"
@@ -458,6 +521,7 @@ class Engine:
         self._handles.clear()
         if loaded.spec is not None:
             loaded.spec.close()
+        loaded.embedder.close()
         loaded.ctx.close()
         loaded.model.close()
         self._loaded = None
@@ -494,7 +558,10 @@ class Engine:
             kv = loaded.scheduler.kv
             sampling = answer_budget(request.sampling, prompt_len=len(prompt.tokens), n=request.n,
                                      n_ctx=n_ctx, n_slots=kv.n_slots, shares_prefixes=kv.sharing)
-            result = _Prepared(loaded, request, handle, prompt, sampling)
+            # A schema can take a while to compile (and the first one builds the tokenizer).
+            constraint = (loaded.compiler.start(request.constraint)
+                          if request.constraint is not None else None)
+            result = _Prepared(loaded, request, handle, prompt, sampling, constraint=constraint)
         except BaseException as exc:  # whatever it is, the request's answer
             result = _Prepared(loaded, request, handle, error=_error_event(request.id, exc))
         finally:
@@ -514,7 +581,8 @@ class Engine:
             return
         assert prepared.prompt is not None and prepared.sampling is not None
         loaded = prepared.loaded
-        loaded.scheduler.add(self._sequences(request, prepared.prompt, prepared.sampling, loaded))
+        loaded.scheduler.add(self._sequences(request, prepared.prompt, prepared.sampling, loaded,
+                                             prepared.constraint))
         if cancelled:
             loaded.scheduler.cancel(request.id)
         self._update_counts(loaded)
@@ -538,17 +606,21 @@ class Engine:
         handle._put(_error_event(handle.id, exc))
 
     def _sequences(self, request: GenerationRequest, prepared: PreparedPrompt,
-                   sampling: SamplingParams, loaded: _Loaded) -> list[Sequence]:
+                   sampling: SamplingParams, loaded: _Loaded,
+                   constraint: Constraint | None = None) -> list[Sequence]:
         seqs: list[Sequence] = []
         now = time.perf_counter()
         for i in range(request.n):
             seed = None if sampling.seed is None else sampling.seed + i
+            # n > 1: each sample its own grammar state, forked before any of them moves.
+            own = constraint if constraint is None or i == request.n - 1 else constraint.fork()
             seq = Sequence(
                 request_id=request.id, index=i, tokens=list(prepared.tokens),
                 prompt_len=len(prepared.tokens), sampling=sampling,
-                sampler=Sampler(sampling, seed), arrival=now,
+                sampler=Sampler(sampling, seed, own), arrival=now,
                 truncated_tokens=prepared.truncated_tokens,
-                leader=seqs[0] if seqs else None, stops=StopMatcher(sampling.stop))
+                leader=seqs[0] if seqs else None, stops=StopMatcher(sampling.stop),
+                constraint=own, logprobs=request.logprobs)
             if loaded.spec is not None:
                 seq.drafter = loaded.spec.drafter_for(seq)
             seqs.append(seq)

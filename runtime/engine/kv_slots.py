@@ -35,9 +35,13 @@ never copied to another sequence (`seq_cp`): llama.cpp reuses a window cell only
 one sequence holds it, and one sequence may hold every window cell (it frees them lazily),
 so cells shared by two sequences could pin the whole window cache and stop both.
 
-With a `store` (runtime.engine.kv_store), the prefix cache reaches past the slots: an idle
-slot's cells are saved to disk just before they are dropped (`_spill`), and a prompt whose
-saved prefix is longer than anything a slot holds gets it back (`acquire_stored`).
+With a `store` (runtime.engine.kv_store), the prefix cache reaches past the slots: a slot
+that went idle is saved to disk once the engine has nothing else to do (`save_next_idle`,
+called by the engine thread between requests), and at the latest just before its cells are
+dropped (`_spill`); a prompt whose saved prefix is longer than anything a slot holds gets it
+back (`acquire_stored`). Saving when idle is what makes a conversation resume after the
+user switched away, closed the window or the engine was killed: nothing has to say "this
+chat is idle now" — a finished reply is that signal.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ class Memory(Protocol):
 class SavedPrefixes(Protocol):
     """Prefixes kept on disk (runtime.engine.kv_store.KvStore)."""
 
-    def save(self, slot: int, tokens: Sequence[int]) -> None: ...
+    def save(self, slot: int, tokens: Sequence[int], *, supersede: bool = False) -> None: ...
 
     def find(self, tokens: Sequence[int], live: int, *, whole: bool) -> StoredMatch | None: ...
 
@@ -102,6 +106,7 @@ class KvSlots:
         self._refs: dict[int, int] = {}
         self._ids = itertools.count()
         self.busy = [False] * n_slots
+        self._saved = [True] * n_slots  # an idle slot's cells, as they are, are in the store
         self._last_use = [0] * n_slots
         self._tick = itertools.count(1)
         self.used = 0
@@ -215,6 +220,7 @@ class KvSlots:
     def release(self, slot: int, keep: bool) -> None:
         """The sequence in `slot` is done. keep=True leaves its cells as prefix cache (or,
         where cells cannot be shared, saves them to the store before freeing them)."""
+        self._saved[slot] = not keep
         if keep and not self.sharing:
             self._spill(slot)
         if not keep or not self.sharing:
@@ -231,6 +237,7 @@ class KvSlots:
             cells.append(cell)
         self.tokens[slot].extend(tokens)
         self.used += len(tokens)
+        self._saved[slot] = False
 
     def truncate(self, slot: int, n: int) -> int:
         """Keep only positions < n of `slot` (seq_rm [n, ∞)); returns cells freed."""
@@ -266,9 +273,26 @@ class KvSlots:
         for slot in self.idle_slots():
             self._spill(slot)
 
+    def save_next_idle(self) -> bool:
+        """Save one idle slot not saved since it went idle (most recently used first: the
+        conversation just left); False when there is none — or no store — and nothing was
+        done. The engine thread calls this while its inbox is empty, one slot at a time."""
+        if self.store is None:
+            return False
+        waiting = [s for s in self.idle_slots() if not self._saved[s] and self.tokens[s]]
+        if not waiting:
+            return False
+        self._spill(max(waiting, key=lambda s: self._last_use[s]))
+        return True
+
     def _spill(self, slot: int) -> None:
-        if self.store is not None and self.tokens[slot]:
-            self.store.save(slot, self.tokens[slot])
+        """Save `slot`'s cells unless they are saved already. A failed write counts as done
+        (the store said so once): retrying would only hammer a full disk."""
+        if self.store is not None and self.tokens[slot] and not self._saved[slot]:
+            # A longer prefix makes the older files of it useless where cells can be cut
+            # anywhere; a window or recurrent cache restores only whole files, so keep them.
+            self.store.save(slot, self.tokens[slot], supersede=self.sharing and not self.window)
+        self._saved[slot] = True
 
     def clear(self) -> None:
         """Forget everything (the context's memory is cleared by the caller)."""
@@ -276,5 +300,6 @@ class KvSlots:
             self.tokens[slot] = []
             self._cells[slot] = []
             self.busy[slot] = False
+            self._saved[slot] = True
         self._refs.clear()
         self.used = 0

@@ -1,15 +1,22 @@
 """Saved prefixes: a conversation's KV cells on disk, so coming back to it costs only the
 new tokens — after switching chats, after the slots were needed elsewhere, after a restart.
 
-The slot table (`runtime.engine.kv_slots`) calls `save` when an idle slot's cells are about
-to be dropped (evicted for another prompt, cut back for a shorter one, the engine unloading)
-and asks `find` at admission when no live or idle slot holds as long a prefix:
+The slot table (`runtime.engine.kv_slots`) calls `save` for a slot that went idle as soon as
+the engine thread has nothing else to do, and at the latest when an idle slot's cells are
+about to be dropped (evicted for another prompt, cut back for a shorter one, the engine
+unloading); it asks `find` at admission when no live or idle slot holds as long a prefix:
 
     turn 1   [sys, user₁, reply₁]            finished; cells stay as prefix cache (slot 0)
-    ...      other chats need slot 0          → save(0, tokens) → <cache>/kv/3f9c…-a1b2….kv
+             engine idle                      → save(0, tokens) → <cache>/kv/3f9c…-a1b2….kv
+    ...      the user switches chats, quits, or the engine is killed: the file is there
     restart  turn 2 [sys, user₁, reply₁, user₂]
              find → the saved file (3,912 tokens in common) → restore into a slot,
              prefill only [user₂]             "resumed 3,912 cached tokens in 0.21 s"
+
+Saving runs on the engine thread while no request is waiting (one slot per pass; a request
+arriving meanwhile waits for that one write: the sequence's K/V bytes, ~66 MiB for 3,000
+tokens of SmolLM2-135M at f16). Where cells can be cut anywhere, a new turn's file replaces
+the files of its shorter prefixes (`supersede`), so a conversation costs one file.
 
 One file per saved sequence, named `<cache key>-<prefix hash>.kv`:
 
@@ -177,9 +184,11 @@ class KvStore:
 
     # ---- saving -------------------------------------------------------------------------------
 
-    def save(self, slot: int, tokens: Sequence[int]) -> None:
+    def save(self, slot: int, tokens: Sequence[int], *, supersede: bool = False) -> None:
         """Save `slot`'s cells, which hold exactly `tokens`. Never raises: a failed write is
-        said once in the log and the chat goes on."""
+        said once in the log and the chat goes on. supersede=True (a cache that can be cut
+        at any position): files holding a shorter prefix of `tokens` are deleted once this
+        one is written — a conversation keeps one file, its latest turn, not one per turn."""
         n = len(tokens)
         if n < self.min_tokens:
             return
@@ -213,6 +222,10 @@ class KvStore:
                                "go on without it", self.folder, exc.strerror or exc)
             return
         index[path] = _Entry(path, arr)
+        if supersede:
+            for old in [e for e in index.values() if e.path != path and len(e.tokens) < n
+                        and _common_prefix(e.tokens, arr) == len(e.tokens)]:
+                self._discard(old.path, "a longer prefix of it was saved")
 
     # ---- the folder ---------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.chat.families import capabilities
 from runtime.engine.api import LoadedModel
 from runtime.engine.chat_template import ChatTemplate
 from runtime.errors import LoadError, OutriderError
@@ -128,6 +129,8 @@ def _finish(settings: LoadSettings, params: LlamaParams, model: LlamaModel, ctx:
         allocated=parse_buffer_sizes(model.load_log + ctx.init_log),
         draft=spec.draft_name if spec is not None else None,
         draft_refused=draft_refused,
+        chat_family=template.family.name,
+        capabilities=capabilities(template.family),
     )
     if ctx.n_seq_max < settings.n_parallel:
         raise LoadError(f"llama.cpp gave {ctx.n_seq_max} sequence slots, not {settings.n_parallel}")

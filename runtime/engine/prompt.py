@@ -17,6 +17,10 @@ prompt's cells, so each may generate at most (context − prompt) / n tokens and
 the cache together — `n: 8, max_tokens: 8192` on a 4,096 context with a 96-token prompt
 gets 500 tokens each and finishes with "length", instead of preempting itself for minutes.
 
+A chat renders with the request's `tools` (the template's `tools`) and `template_kwargs`
+(`enable_thinking`, `reasoning_effort`, … as template variables); every render of one
+request, truncated or not, gets the same ones.
+
 Text reaches llama.cpp as UTF-8, which has no encoding for a lone surrogate ("\ud800", legal
 in a Python string and in JSON): those become U+FFFD here, so the CLI and the app are as safe
 as the server, which refuses them outright.
@@ -24,9 +28,9 @@ as the server, which refuses them outright.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from runtime.engine.chat_template import ChatTemplate
 from runtime.errors import ContextOverflow, SettingsError
@@ -50,8 +54,9 @@ class PreparedPrompt:
 def prepare_prompt(request: GenerationRequest, tok: Tokenizer, template: ChatTemplate,
                    n_ctx: int) -> PreparedPrompt:
     """Tokens for `request` that fit in `n_ctx`, or a typed error."""
+    bound = _Bound(template, request.tools, dict(request.template_kwargs))
     if request.messages is not None:
-        tokens = _chat_tokens(request.messages, tok, template)
+        tokens = _chat_tokens(request.messages, tok, bound)
     elif isinstance(request.prompt, str):
         tokens = tok.tokenize(utf8_safe(request.prompt))
     else:
@@ -70,7 +75,7 @@ def prepare_prompt(request: GenerationRequest, tok: Tokenizer, template: ChatTem
     # Leave room to answer: up to max_tokens, but never more than half the context.
     limit = n_ctx - min(request.sampling.max_tokens, n_ctx // 2)
     if request.messages is not None:
-        return _drop_turns(request.messages, tok, template, limit, n_ctx, len(tokens))
+        return _drop_turns(request.messages, tok, bound, limit, n_ctx, len(tokens))
     head = limit // 2
     kept = tokens[:head] + tokens[len(tokens) - (limit - head):]
     return PreparedPrompt(tuple(kept), truncated_tokens=len(tokens) - len(kept))
@@ -114,7 +119,24 @@ def utf8_safe(text: str) -> str:
     return text
 
 
-def _chat_tokens(messages: Sequence[ChatMessage], tok: Tokenizer, template: ChatTemplate) -> list[int]:
+class _Template(Protocol):
+    def render(self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True) -> str: ...
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """A template with one request's tools and template kwargs."""
+
+    template: ChatTemplate
+    tools: Sequence[Mapping[str, Any]]
+    extra: Mapping[str, Any]
+
+    def render(self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True) -> str:
+        return self.template.render(messages, add_generation_prompt=add_generation_prompt,
+                                    tools=self.tools, extra=self.extra)
+
+
+def _chat_tokens(messages: Sequence[ChatMessage], tok: Tokenizer, template: _Template) -> list[int]:
     return tok.tokenize(utf8_safe(template.render(messages, add_generation_prompt=True)))
 
 
@@ -143,7 +165,7 @@ def drop_order(messages: Sequence[ChatMessage]) -> list[tuple[int, ...]]:
     return steps
 
 
-def _drop_turns(messages: Sequence[ChatMessage], tok: Tokenizer, template: ChatTemplate,
+def _drop_turns(messages: Sequence[ChatMessage], tok: Tokenizer, template: _Template,
                 limit: int, n_ctx: int, original: int) -> PreparedPrompt:
     """Drop the fewest oldest turns (`drop_order`) that make the prompt fit `limit`.
 

@@ -25,6 +25,13 @@ tokens of one sequence (NaN logits, a drafter's bug) fails that sequence's reque
 ErrorEvent (`_guarded`) and the step goes on for everyone else, cache intact. Only the decode
 itself, which no one request owns, can fail the whole step.
 
+Structured output: a sequence's constraint (runtime.sampling.constraint, the same object
+its sampler masks with) advances on every accepted token, drafts included; once the grammar
+is complete (`done`) the reply finishes with "stop" there. A token the grammar refuses (a
+lazy trigger followed by text that does not fit) is a ConstraintError for that request.
+Logprobs, when asked, are computed from the row each token was sampled from — for accepted
+drafts, the verify rows — before the token moves the constraint on.
+
 Preemption always makes progress: the victim is the running sequence that *arrived* last
 (ties: the higher sample index), and a preempted sequence keeps its arrival, so the oldest
 request is never preempted for a newer one and runs to its end; without that, a recomputed
@@ -55,6 +62,7 @@ from runtime.events import (
     FinishReason,
     StepStats,
     TokenEvent,
+    TokenLogprob,
     Usage,
 )
 from runtime.speculative.api import DraftProposal, Verifier
@@ -62,6 +70,7 @@ from runtime.speculative.api import DraftProposal, Verifier
 logger = logging.getLogger("outrider.scheduler")
 
 NO_KV_SLOT = 1
+_NO_LOGPROBS: tuple[TokenLogprob | None, tuple[TokenLogprob, ...]] = (None, ())
 
 
 class Context(Protocol):
@@ -368,9 +377,12 @@ class Scheduler:
                 continue
             assert logits is not None
             with self._guarded(seq):
-                token = seq.sampler.sample(logits[entry.row], seq.tokens)
+                row = logits[entry.row]
+                token = seq.sampler.sample(row, seq.tokens)
                 decoded += 1
-                self._accept(seq, token, from_draft=False, now=now)
+                self._accept(seq, token, from_draft=False, now=now,
+                             logprobs=_NO_LOGPROBS if seq.logprobs is None
+                             else self._logprobs(seq, row, token))
                 drafter = seq.drafter
                 if (is_decode and drafter is not None and not seq.finished
                         and drafter.off_reason != seq.spec_off_said):
@@ -408,9 +420,11 @@ class Scheduler:
         seq.spec.record_round(drafted=k, accepted=n_acc)
         seq.drafter.observe(k, n_acc, self.clock() - now)
         for i, token in enumerate(verdict.tokens):
-            if seq.finished:  # a stop string, EOS or max_tokens inside the accepted run
+            if seq.finished:  # a stop string, EOS, max_tokens or a complete grammar
                 break
-            self._accept(seq, token, from_draft=i < n_acc, now=now)
+            self._accept(seq, token, from_draft=i < n_acc, now=now,
+                         logprobs=_NO_LOGPROBS if seq.logprobs is None
+                         else self._logprobs(seq, rows[i], token))
         seq.spec_off_said = seq.drafter.off_reason
         self.emit(seq, self._step_stats(seq, k, n_acc))
         return k, n_acc
@@ -425,8 +439,11 @@ class Scheduler:
             measured_speedup=drafter.measured_speedup if drafter is not None else 0.0,
             drafting_off_reason=drafter.off_reason if drafter is not None else None)
 
-    def _accept(self, seq: Sequence, token: int, *, from_draft: bool, now: float) -> None:
-        """Append one sampled token: text, stop strings, EOS, max_tokens, context end."""
+    def _accept(self, seq: Sequence, token: int, *, from_draft: bool, now: float,
+                logprobs: tuple[TokenLogprob | None, tuple[TokenLogprob, ...]] = _NO_LOGPROBS,
+                ) -> None:
+        """Append one sampled token: constraint, text, stop strings, EOS, max_tokens,
+        context end."""
         if seq.t_first_token is None:
             seq.t_first_token = now
         seq.t_last_token = now
@@ -434,19 +451,44 @@ class Scheduler:
         if self.vocab.is_eog(token) and not params.ignore_eos:
             tail = self._drain(seq)
             if tail:  # held-back text that turned out not to be a stop string
-                self.emit(seq, TokenEvent(seq.request_id, seq.index, token, tail, from_draft))
+                self.emit(seq, TokenEvent(seq.request_id, seq.index, token, tail, from_draft,
+                                          *logprobs))
             self._finish(seq, "stop")
             return
+        constraint = seq.constraint
+        if constraint is not None:
+            constraint.advance(token)  # a ConstraintError fails this request (_guarded)
         seq.tokens.append(token)
         text, stopped = seq.stops.push(seq.utf8.push(self.vocab.piece(token)))
         reason: FinishReason | None = "stop" if stopped else None
+        if reason is None and constraint is not None and constraint.done:
+            reason = "stop"  # the grammar is complete: nothing may follow
+            text += self._drain(seq)
         if reason is None and (seq.n_generated >= params.max_tokens
                                or len(seq.tokens) > self.ctx.n_ctx):
             reason = "length"
             text += self._drain(seq)
-        self.emit(seq, TokenEvent(seq.request_id, seq.index, token, text, from_draft))
+        self.emit(seq, TokenEvent(seq.request_id, seq.index, token, text, from_draft, *logprobs))
         if reason is not None:
             self._finish(seq, reason)
+
+    def _logprobs(self, seq: Sequence, row: np.ndarray,
+                  token: int) -> tuple[TokenLogprob | None, tuple[TokenLogprob, ...]]:
+        """The token's logprob and the top ones (runtime.sampling.sampler defines them), from
+        the row it was sampled from, before it moves the constraint. Only when asked."""
+        assert seq.logprobs is not None
+        value, top = seq.sampler.logprobs(row, seq.tokens, token, seq.logprobs)
+        return (TokenLogprob(token, self._piece(token), value),
+                tuple(TokenLogprob(t, self._piece(t), v) for t, v in top))
+
+    def _piece(self, token: int) -> bytes:
+        """A token's bytes for logprobs: its text piece, or its vocabulary text for a control
+        token (which prints as nothing): b"<|im_end|>" rather than b"" in a top list."""
+        piece = self.vocab.piece(token)
+        if piece:
+            return piece
+        text = getattr(self.vocab, "token_text", None)
+        return text(token).encode("utf-8") if text is not None else b""
 
     @staticmethod
     def _drain(seq: Sequence) -> str:
@@ -500,4 +542,5 @@ class Scheduler:
         usage = Usage(prompt_tokens=seq.prompt_len, completion_tokens=max(0, seq.n_generated),
                       cached_tokens=seq.cached_tokens, truncated_tokens=seq.truncated_tokens,
                       resumed_tokens=seq.resumed_tokens)
-        self.emit(seq, Finished(seq.request_id, seq.index, reason, usage, seq.timings(now), spec))
+        self.emit(seq, Finished(seq.request_id, seq.index, reason, usage, seq.timings(now), spec,
+                                seq.stops.hit if reason == "stop" else None))

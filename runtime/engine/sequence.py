@@ -9,8 +9,12 @@ asking logits for the last one:
     after the prompt: 1 sampled token      pending = tokens[5:6]  → a decode step
     preempted after 3 generated tokens     n_computed = 0, pending = all 8 (recompute)
 
-A preempted sequence keeps its generated tokens and sampler, so after recomputation it
-carries on exactly where it stopped.
+A preempted sequence keeps its generated tokens, sampler and constraint state, so after
+recomputation it carries on exactly where it stopped.
+
+`constraint` (structured output; runtime.sampling.constraint) is the same object its sampler
+masks with: the scheduler advances it on every accepted token. `logprobs` is the request's
+(None: off; 0: the sampled token's own; up to 20: that many alternatives too).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 from runtime.engine.stops import StopMatcher
 from runtime.events import FinishReason, SamplingParams, Timings
 from runtime.llama.binding import Utf8Stream
+from runtime.sampling.constraint import Constraint
 from runtime.sampling.sampler import Sampler
 from runtime.speculative.api import Drafter
 from runtime.speculative.stats import ReplySpecStats
@@ -54,6 +59,8 @@ class Sequence:
     last_step: int = 0  # the scheduler step that last decoded it (fair rotation)
     leader: Sequence | None = None  # sample 0 of the same request, for n > 1
     drafter: Drafter | None = None  # speculative hook (runtime.speculative.api)
+    constraint: Constraint | None = None  # structured output: also sampler.constraint
+    logprobs: int | None = None  # top logprobs per token (None: none asked)
     finish_reason: FinishReason | None = None
     utf8: Utf8Stream = field(default_factory=Utf8Stream)
     stops: StopMatcher = field(default_factory=lambda: StopMatcher(()))

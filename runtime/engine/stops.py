@@ -26,6 +26,7 @@ class StopMatcher:
         self.stops = tuple(s for s in stops if s)
         self._held = ""
         self.stopped = False
+        self.hit: str | None = None  # the stop string that matched
         # The longest proper prefix of a stop that can be pending at the end of the text.
         self._max_hold = max((len(s) - 1 for s in self.stops), default=0)
 
@@ -42,6 +43,7 @@ class StopMatcher:
             i = buf.find(stop)
             if i != -1 and (cut == -1 or i < cut):
                 cut = i
+                self.hit = stop
         if cut != -1:
             self._held = ""
             self.stopped = True

@@ -41,6 +41,14 @@ from runtime.llama.reason import first_reason
 
 logger = logging.getLogger("outrider.llama")
 
+# enum llama_pooling_type: how an embedding context turns a sequence's tokens into one vector
+POOLING_UNSPECIFIED = -1  # the model file's choice (none when it says nothing)
+POOLING_NONE = 0  # no pooling: one vector per token
+POOLING_MEAN = 1
+POOLING_CLS = 2  # the first token's
+POOLING_LAST = 3  # the last token's
+POOLING_RANK = 4  # a reranker's classification head: scores, not an embedding
+
 # enum ggml_log_level
 _LOG_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
 _LOG_CONT = 5
@@ -196,6 +204,10 @@ class LlamaModel:
         # the window before the cut is still there (KvSlots checks `seq_pos_min`).
         self.shares_prefixes = not (L.llama_model_is_recurrent(ptr) or L.llama_model_is_hybrid(ptr))
         self.n_swa = int(L.llama_model_n_swa(ptr))  # sliding window in tokens; 0: none
+        self.n_embd_out = int(L.llama_model_n_embd_out(ptr))  # the length of an embedding
+        # T5-style models (and draft heads fed by a target): llama_decode needs an encoder
+        # pass first, which the engine never makes.
+        self.has_encoder = bool(L.llama_model_has_encoder(ptr))
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self._eog = np.array([bool(L.llama_vocab_is_eog(self.vocab, t)) for t in range(self.n_vocab)])
         self._piece_buf = ctypes.create_string_buffer(256)
@@ -454,9 +466,14 @@ class Batch:
 class LlamaContext:
     """A `llama_context` with its KV memory: decode, logits, and the sequence operations."""
 
-    def __init__(self, model: LlamaModel, params: LlamaParams) -> None:
+    def __init__(self, model: LlamaModel, params: LlamaParams, *, embeddings: bool = False,
+                 pooling: int = POOLING_UNSPECIFIED) -> None:
+        """`embeddings` makes every token an output and keeps the pooled vector of each
+        sequence (`embedding_seq`); `pooling` is a POOLING_* value (unspecified: the file's)."""
         log = llama_log()
         cp = L.llama_context_default_params()
+        cp.embeddings = embeddings
+        cp.pooling_type = pooling
         cp.n_ctx = params.n_ctx
         cp.n_batch = params.n_batch
         cp.n_ubatch = params.n_ubatch
@@ -484,7 +501,8 @@ class LlamaContext:
         self.n_ubatch = int(L.llama_n_ubatch(ptr))
         # Tokens a sliding-window layer sees; 0 when every layer keeps the whole context.
         self.swa_window = 0 if params.swa_full else model.n_swa
-        self.memory = L.llama_get_memory(ptr)
+        self.memory = L.llama_get_memory(ptr)  # NULL (0) for encoders: no KV cache
+        self.pooling = int(L.llama_pooling_type(ptr))  # POOLING_*, as llama.cpp resolved it
         self._view_key: tuple[int, int] = (0, 0)
         self._view: np.ndarray = np.zeros((0, self.n_vocab), dtype=np.float32)
 
@@ -528,6 +546,31 @@ class LlamaContext:
         if not ptr:
             raise IndexError(f"no logits for batch position {i}")
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    # ---- embeddings (a context made with embeddings=True) ------------------------------------
+
+    # float * llama_get_embeddings_seq(struct llama_context * ctx, llama_seq_id seq_id);
+    def embedding_seq(self, seq_id: int) -> np.ndarray | None:
+        """A copy of `seq_id`'s pooled vector (n_embd_out floats) from the last decode;
+        None when the decode held no such sequence or the context does not pool."""
+        ptr = L.llama_get_embeddings_seq(self.ptr, seq_id)
+        if not ptr:
+            return None
+        return np.ctypeslib.as_array(ptr, shape=(self.model.n_embd_out,)).copy()
+
+    # float * llama_get_embeddings_ith(struct llama_context * ctx, int32_t i);
+    def embedding_ith(self, i: int) -> np.ndarray:
+        """A copy of the hidden state of the batch's token `i` (pooling "none")."""
+        ptr = L.llama_get_embeddings_ith(self.ptr, i)
+        if not ptr:
+            raise IndexError(f"no embedding for batch position {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.model.n_embd_out,)).copy()
+
+    # void llama_set_embeddings(struct llama_context * ctx, bool embeddings);
+    def set_embeddings(self, on: bool) -> None:
+        """Switch embedding outputs on or off for the next decodes (the pooling stays the
+        one the context was made with)."""
+        L.llama_set_embeddings(self.ptr, on)
 
     # ---- KV memory --------------------------------------------------------------------------
 

@@ -17,9 +17,10 @@ scheduler batches sequences continuously and shares prefix cells between them wi
 lives in the same stream.
 
 Sliding-window layers get a cache of their true size (`swa_full` off, as llama-server runs
-them): Gemma-3-27B at 128K keeps ~11 GiB instead of ~62 GiB — except while speculative
-drafting is set up (`runtime.planner.plan.full_window_cache` says why). Such a cache drops
-cells that slid out of the window, so reusing prefixes needs care (`runtime.engine.kv_slots`).
+them): Gemma-3-27B at 128K keeps ~11 GiB instead of ~62 GiB, drafting or not — while
+drafting, each decode is one micro-batch, which keeps rolling back rejected drafts exact
+(`runtime.planner.plan.decode_batch` says why). Such a cache drops cells that slid out of
+the window, so reusing prefixes needs care (`runtime.engine.kv_slots`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 import psutil
 
 from runtime.gguf.info import EXPERT_TENSOR
-from runtime.planner.plan import full_window_cache
+from runtime.planner.plan import decode_batch
 from runtime.settings.load import LoadSettings
 
 # ggml_type ids (ggml.h) of the KV cache types Outrider offers.
@@ -130,6 +131,18 @@ def expert_override_patterns(n_cpu_moe: int) -> tuple[str, ...]:
     return tuple(f"blk\\.{il}{EXPERT_TENSOR}" for il in range(n_cpu_moe))
 
 
+def auto_cpu_moe_note(n: int) -> str:
+    """What "auto" MoE experts on CPU chose, for LoadedModel.notes.
+
+        >>> auto_cpu_moe_note(34)
+        'MoE experts on CPU (auto): the first 34 layers keep their experts in RAM'
+    """
+    if n == 0:
+        return "MoE experts on CPU (auto): none, the GPU layers' experts fit on the GPU"
+    layers = "layer keeps its" if n == 1 else f"{n} layers keep their"
+    return f"MoE experts on CPU (auto): the first {layers} experts in RAM"
+
+
 def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, *,
                     cpu_count: int | None = None,
                     plan_cpu_moe: int | None = None) -> LlamaParams:
@@ -138,10 +151,13 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
     GPU layers: the user's number wins; with "auto" (None) the memory planner's
     `plan_gpu_layers` is used, and without a plan the model stays on the CPU (said in notes).
     A quantized V cache needs flash attention, so it is switched on (and said) even where the
-    user chose "auto" or "off". The batch is never larger than the context, the micro-batch
-    never larger than the batch. MoE experts on CPU: "all" or a count as given; "auto"
-    takes the planner's `plan_cpu_moe`; without it, all experts of a model with GPU layers
-    stay in RAM (the GPU layers were planned for at most that much in VRAM). `main_gpu` puts the whole model on that GPU (llama.cpp's split mode "none").
+    user chose "auto" or "off". The batch is never larger than the context (nor, while
+    drafting, than the micro-batch: `decode_batch`), the micro-batch never larger than the
+    batch. MoE experts on CPU: "all" or a count as given; "auto"
+    takes the planner's `plan_cpu_moe` (said in notes: `auto_cpu_moe_note`); without it, all
+    experts of a model with GPU layers stay in RAM (the GPU layers were planned for at most
+    that much in VRAM). `main_gpu` puts the whole model on that GPU (llama.cpp's split mode
+    "none").
     """
     notes: list[str] = []
     if settings.gpu_layers is not None:
@@ -161,8 +177,12 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
             notes.append(f"flash attention on: the quantized V cache ({settings.type_v}) needs it")
         flash = FLASH_ATTN_ON
 
-    n_batch = min(settings.n_batch, settings.n_ctx)
+    n_batch = decode_batch(settings)
     n_ubatch = min(settings.n_ubatch, n_batch)
+    if n_batch < min(settings.n_batch, settings.n_ctx):
+        notes.append(f"batch size {n_batch} (the micro-batch) instead of {settings.n_batch} "
+                     "while drafting: it keeps rolling back drafts exact in a sliding-window "
+                     "cache")
     threads = settings.n_threads if settings.n_threads is not None else default_threads(cpu_count)
     threads_batch = settings.n_threads_batch if settings.n_threads_batch is not None else threads
 
@@ -172,6 +192,8 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
         n_cpu_moe = settings.cpu_moe
     elif plan_cpu_moe is not None:
         n_cpu_moe = plan_cpu_moe
+        if n_gpu_layers > 0:
+            notes.append(auto_cpu_moe_note(plan_cpu_moe))
     elif n_gpu_layers == 0:
         n_cpu_moe = 0  # every block is in RAM already
     else:  # GPU layers planned for some count of experts in RAM: all of them is the safe side
@@ -199,5 +221,4 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
         main_gpu=settings.main_gpu or 0,
         tensor_split=tuple(float(x) for x in settings.tensor_split or ()),
         n_cpu_moe=n_cpu_moe,
-        swa_full=full_window_cache(settings),
     )

@@ -1,4 +1,6 @@
-"""The GPU-layer choice for "auto": how many layers the memory planner puts on the GPU(s).
+"""The placement choice for "auto": how many layers the memory planner puts on the GPU(s),
+and for a mixture-of-experts model with experts on CPU "auto", how many blocks keep their
+experts in RAM.
 
     >>> planned_gpu_layers(LoadSettings(model_path=smollm2))  # SmolLM2-135M, one 24 GiB GPU
     31
@@ -18,14 +20,22 @@ planner cannot read gives None and the engine keeps the model on the CPU, saying
 notes: the plan is advice, so a model the planner cannot read still loads. Settings the
 plan refuses (a tensor split over GPUs this machine lacks, more expert layers than the model
 has) are a `SettingsError`, as they would be at load.
+
+Both choices come from one plan (`planned_offload`), so they belong together: the GPU layers
+were counted with exactly that many blocks' experts in RAM. On a 12 GiB GPU a 48-block
+Qwen3-30B-A3B at 8K gets about `Offload(gpu_layers=49, cpu_moe=34)`: every layer on the GPU,
+the experts of the first ~34 blocks in RAM (`runtime.planner.plan._fit_cpu_moe`). The engine
+says the count in its notes ("MoE experts on CPU (auto): the first 34 layers keep their
+experts in RAM").
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from runtime.errors import OutriderError, SettingsError
-from runtime.gguf.info import read_model_info
+from runtime.gguf.info import ModelInfo, read_model_info
 from runtime.planner.devices import Device
 from runtime.planner.plan import MemoryPlan, plan_memory
 from runtime.settings.load import LoadSettings
@@ -33,15 +43,31 @@ from runtime.settings.load import LoadSettings
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Offload:
+    """What the planner chose for one load: GPU layers (of `MemoryPlan.n_layers`) and, for an
+    MoE model whose experts on CPU are "auto", the blocks whose experts stay in RAM (None:
+    nothing chosen — a dense model, or a count the user gave). gpu_layers None: no plan."""
+
+    gpu_layers: int | None
+    cpu_moe: int | None = None
+
+
 def plan_load(settings: LoadSettings, devices: list[Device] | None = None) -> MemoryPlan | None:
     """The memory plan for loading `settings` against `devices` (None: this machine's now),
     or None when the model's (or the draft's) header cannot be read."""
+    planned = _plan(settings, devices)
+    return None if planned is None else planned[1]
+
+
+def _plan(settings: LoadSettings,
+          devices: list[Device] | None) -> tuple[ModelInfo, MemoryPlan] | None:
     try:
         info = read_model_info(settings.model_path)
         draft = None
         if settings.draft.kind == "model" and settings.draft.model_path is not None:
             draft = read_model_info(settings.draft.model_path)
-        return plan_memory(info, settings, devices, draft=draft)
+        return info, plan_memory(info, settings, devices, draft=draft)
     except SettingsError:
         raise  # the settings are wrong for this model or machine (a split over absent GPUs)
     except (OutriderError, OSError, ValueError) as exc:
@@ -49,9 +75,22 @@ def plan_load(settings: LoadSettings, devices: list[Device] | None = None) -> Me
         return None
 
 
+def planned_offload(settings: LoadSettings,
+                    devices: list[Device] | None = None) -> Offload | None:
+    """GPU layers and "auto" experts in RAM from one plan (a GPU-layer count the user gave is
+    kept as given); None when there is no plan."""
+    planned = _plan(settings, devices)
+    if planned is None:
+        return None
+    info, plan = planned
+    gpu_layers = plan.gpu_layers if settings.gpu_layers is None else settings.gpu_layers
+    cpu_moe = plan.cpu_moe_layers if settings.cpu_moe == "auto" and info.is_moe else None
+    return Offload(gpu_layers, cpu_moe)
+
+
 def planned_gpu_layers(settings: LoadSettings,
                        devices: list[Device] | None = None) -> int | None:
-    """The GPU layers the planner picks for `settings` (the engine's `plan_gpu_layers`
-    collaborator for "auto"); None when there is no plan."""
+    """The GPU layers the planner picks for `settings` (`planned_offload` without the experts);
+    None when there is no plan."""
     plan = plan_load(settings, devices)
     return None if plan is None else plan.gpu_layers

@@ -18,7 +18,8 @@ llama-context.cpp of the vendored build):
 - KV cache: `kv_cells` = n_ctx rounded up to 256 cells, each layer's cache on its layer's
   device. Per token and layer it holds n_head_kv × (key_length × bytes(type_k) +
   value_length × bytes(type_v)): see `kv_bytes_per_token`. Sliding-window layers hold only
-  window·n_seq + ubatch cells with `swa_full` off, as the engine and llama-server load them.
+  window·n_seq + ubatch cells (`swa_full` off, as the engine and llama-server load them,
+  drafting or not: `decode_batch` says why drafting stays exact).
 - compute: the graph's scratch buffer, peak of three phases for one ubatch of `ub` tokens
   (4 = bytes per f32):  logits 4·ub·(n_vocab + 2·n_embd);  attention mask + 4·ub·(5·n_embd +
   2·n_embd_kv), plus without flash attention the scores 4·ub·n_kv·n_head;  feed-forward
@@ -179,17 +180,33 @@ def kv_cells(n_ctx: int) -> int:
     return -(-n_ctx // KV_CELL_PAD) * KV_CELL_PAD
 
 
-def full_window_cache(settings: LoadSettings) -> bool:
-    """Whether sliding-window layers keep the whole context (llama.cpp's `swa_full`).
+def decode_batch(settings: LoadSettings) -> int:
+    """The batch llama.cpp is given (`n_batch`): at most the context, and while drafting at
+    most the micro-batch, so that every `llama_decode` is one micro-batch.
 
-    Off — their true size, as llama-server loads them — unless speculative drafting is set
-    up. Rolling back rejected drafts in a window cache is exact when one sequence runs
-    (llama.cpp picks a micro-batch's cells against each sequence's position before it), but
-    with several sequences in flight the distribution test of tests/engine/test_swa.py saw a
-    sample the target gives probability 0: until that is understood, drafting keeps the
-    full-size cache it always had (the price: Gemma-3 at 32K keeps 5× the KV).
+    That one rule is what keeps speculative decoding exact in a sliding-window cache (which
+    the engine always uses: `swa_full` off, as llama-server). llama.cpp places a batch's
+    micro-batches one after another (llama_kv_cache::prepare), and a window cell may be
+    reused once it is outside its sequence's window *as of the sequence's latest position*
+    (find_slot: is_masked_swa(pos_cell, seq_pos_max + 1)). A verify batch moves a drafting
+    sequence's latest position k draft tokens ahead; a later micro-batch of the same decode
+    (another sequence's prompt chunk) may then take cells the sequence needs again once its
+    rejected drafts are removed — the sample of probability 0 tests/engine/test_swa.py once
+    drew with 4 slots, n_batch 512 and n_ubatch 64. Within one micro-batch every cell is
+    chosen against the positions before it, and a sequence verifying from position p only
+    gives up cells at p − window or before, which no position after p attends to again, so a
+    rollback always finds its window whole. Cost: a prompt is fed in micro-batch steps
+    (llama.cpp splits a larger batch into the same micro-batches anyway). At the default
+    n_batch = n_ubatch = 512 nothing changes.
+
+        >>> decode_batch(LoadSettings(model_path=p, n_batch=2048, n_ubatch=512,
+        ...                           draft=DraftSettings(kind="ngram")))
+        512
     """
-    return settings.draft.kind != "none"
+    n_batch = min(settings.n_batch, settings.n_ctx)
+    if settings.draft.kind != "none":
+        n_batch = min(n_batch, settings.n_ubatch)
+    return n_batch
 
 
 def layer_kv_cells(info: ModelInfo, cells: int, n_ubatch: int, n_seq: int,
@@ -227,20 +244,19 @@ def flash_attn_on(settings: LoadSettings) -> bool:
 
 
 def plan_memory(info: ModelInfo, settings: LoadSettings, devices: list[Device] | None = None,
-                draft: ModelInfo | None = None, *, swa_full: bool | None = None) -> MemoryPlan:
+                draft: ModelInfo | None = None, *, swa_full: bool = False) -> MemoryPlan:
     """Plan `info` loaded with `settings` against the free memory of `devices` (pure, given
     devices; None lists this machine's now).
 
     `settings.gpu_layers` None means auto: as many layers on the GPU(s) as fit. A requested
     count that does not fit gives "wont_fit" with `recommended_gpu_layers` saying what would.
-    `swa_full` None: as the engine loads it (`full_window_cache`).
+    `swa_full` True: sliding-window layers as llama.cpp's default would keep them, the whole
+    context (the engine never loads them so: see `decode_batch`).
     """
-    if swa_full is None:
-        swa_full = full_window_cache(settings)
     if devices is None:
         devices = list_devices()
     cpu, gpus = _split_devices(devices)
-    _check_gpu_split(settings, gpus)
+    check_gpu_split(settings, gpus)
     if settings.cpu_moe == "auto":
         settings = dataclasses.replace(
             settings, cpu_moe=_fit_cpu_moe(info, settings, cpu, gpus, draft, swa_full))
@@ -302,11 +318,9 @@ def _swa_shape(info: ModelInfo, settings: LoadSettings, swa_full: bool) -> dict[
 
 def max_context(info: ModelInfo, settings: LoadSettings, devices: list[Device] | None = None,
                 draft: ModelInfo | None = None, gpu_layers: int | None = None,
-                *, swa_full: bool | None = None) -> int:
+                *, swa_full: bool = False) -> int:
     """The largest context (a multiple of 256, up to the training context or the asked one,
     whichever is larger) that fits with `gpu_layers` (default: the plan's); 0 if none."""
-    if swa_full is None:
-        swa_full = full_window_cache(settings)
     if devices is None:
         devices = list_devices()
     cpu, gpus = _split_devices(devices)
@@ -355,17 +369,28 @@ def _fit_cpu_moe(info: ModelInfo, settings: LoadSettings, cpu: Device, gpus: lis
     return info.block_count
 
 
-def _check_gpu_split(settings: LoadSettings, gpus: list[Device]) -> None:
-    """A tensor split or main GPU must name GPUs that exist here: one-line errors."""
+def check_gpu_split(settings: LoadSettings, gpus: list[Device], *,
+                    gpu_build: bool = True) -> None:
+    """A tensor split or main GPU must name GPUs that exist here: one-line errors.
+
+    A split may name fewer GPUs than there are (the rest get no layers, as in llama.cpp),
+    never more: llama.cpp would quietly drop the extra shares. gpu_build=False: llama.cpp
+    here runs on the CPU only, so no GPU exists for it whatever the machine holds.
+
+        >>> check_gpu_split(LoadSettings(model_path=p, main_gpu=1), [cuda0])
+        SettingsError: main GPU 1 does not exist: this machine has GPU 0
+    """
+    cpu_only = "this llama.cpp build runs on the CPU only"
     split = settings.tensor_split
-    if split is not None and len(split) > len(gpus):
-        have = f"{len(gpus)} GPU" + ("" if len(gpus) == 1 else "s") if gpus else "no GPU"
-        raise SettingsError(f"the tensor split names {len(split)} GPUs, but this machine has "
-                            f"{have}")
-    if settings.main_gpu is not None and settings.main_gpu >= len(gpus):
-        have = f"GPUs 0 to {len(gpus) - 1}" if len(gpus) > 1 else ("GPU 0" if gpus else "no GPU")
-        raise SettingsError(f"main GPU {settings.main_gpu} does not exist: this machine has "
-                            f"{have}")
+    n_gpus = len(gpus) if gpu_build else 0
+    if split is not None and len(split) > n_gpus:
+        have = f"{n_gpus} GPU" + ("" if n_gpus == 1 else "s") if n_gpus else "no GPU"
+        raise SettingsError(f"the tensor split names {len(split)} GPUs, but "
+                            + (f"this machine has {have}" if gpu_build else cpu_only))
+    if settings.main_gpu is not None and settings.main_gpu >= n_gpus:
+        have = f"GPUs 0 to {n_gpus - 1}" if n_gpus > 1 else ("GPU 0" if n_gpus else "no GPU")
+        raise SettingsError(f"main GPU {settings.main_gpu} does not exist: "
+                            + (f"this machine has {have}" if gpu_build else cpu_only))
 
 
 def _gpu_shares(settings: LoadSettings, gpus: list[Device]) -> list[float]:
@@ -388,7 +413,7 @@ def _split_devices(devices: list[Device]) -> tuple[Device, list[Device]]:
 
 
 def _ubatch(settings: LoadSettings) -> int:
-    return min(settings.n_ubatch, settings.n_batch, settings.n_ctx)
+    return min(settings.n_ubatch, decode_batch(settings))
 
 
 def _layer_devices(info: ModelInfo, gpu_layers: int, gpus: list[Device],

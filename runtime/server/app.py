@@ -29,7 +29,10 @@ from starlette.responses import JSONResponse
 from runtime import __version__
 from runtime.engine.api import EngineAPI
 from runtime.errors import OutriderError
+from runtime.server.anthropic_routes import anthropic_router
 from runtime.server.api_routes import api_router
+from runtime.server.dialect_errors import DialectErrorMiddleware
+from runtime.server.embeddings_routes import embeddings_router
 from runtime.server.error_responses import error_response, response_for_exception
 from runtime.server.middleware import (
     ApiKeyMiddleware,
@@ -37,8 +40,10 @@ from runtime.server.middleware import (
     BrowserGuardMiddleware,
     JsonBodyMiddleware,
 )
+from runtime.server.ollama_routes import ollama_router
 from runtime.server.openai_routes import openai_router
 from runtime.server.openapi_doc import install_openapi
+from runtime.server.responses_routes import responses_router
 from runtime.server.state import ServerLimits, ServerState
 
 log = logging.getLogger(__name__)
@@ -116,7 +121,13 @@ def create_app(engine: EngineAPI, *, api_key: str | None, models_dir: Path,
         return {"status": "ok"}
 
     app.include_router(openai_router(state))
+    app.include_router(embeddings_router(state))
+    app.include_router(responses_router(state))
     app.include_router(api_router(state))
+    # Other dialects on the same server: Ollama's /api/* (no name of Outrider's own taken)
+    # and Anthropic's /v1/messages, their errors in their own shape (dialect_errors).
+    app.include_router(ollama_router(state))
+    app.include_router(anthropic_router(state))
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -151,6 +162,8 @@ def create_app(engine: EngineAPI, *, api_key: str | None, models_dir: Path,
     if cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins),
                            allow_methods=["GET", "POST", "OPTIONS"],
-                           allow_headers=["Authorization", "Content-Type"])
+                           allow_headers=["Authorization", "Content-Type", "x-api-key",
+                                      "anthropic-version"])
+    app.add_middleware(DialectErrorMiddleware)  # outermost: the guards' errors are reshaped too
     install_openapi(app, limits=limits, api_key=bool(api_key))
     return app

@@ -11,6 +11,11 @@ rounds before it in the batch lose nothing but their own per-round figures:
     >>> [c["choices"][0]["text"] for c in writer.chunks([TokenEvent("r", 0, 72, "H"),
     ...                                                  TokenEvent("r", 0, 105, "i")])]
     ['Hi']
+
+A chat reply whose model thinks or calls functions is read per choice by `ChoiceReader`
+(`runtime.server.chat_reply`): its deltas carry `reasoning_content` and `tool_calls` beside
+`content`, and its finish reason may be "tool_calls" or "malformed_tool_call". Logprobs, when
+asked for, ride on each chunk for its own tokens (`runtime.server.logprobs_json`).
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.events import ErrorEvent, Event, Finished, StepStats, TokenEvent
+from runtime.server.chat_reply import ChoiceReader, ReplyEnd, ReplyOptions, message_json
 from runtime.server.error_responses import error_body, status_for_kind
 from runtime.server.jsonable import to_jsonable
+from runtime.server.logprobs_json import CompletionLogprobs, chat_logprobs
 
 
 def usage_json(finished: dict[int, Finished]) -> dict[str, Any]:
@@ -62,41 +69,61 @@ def stream_error_json(event: ErrorEvent) -> dict[str, Any]:
 @dataclass
 class _Pending:
     text: list[str] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    from_draft: list[bool] = field(default_factory=list)
+    tokens: list[TokenEvent] = field(default_factory=list)
     step: StepStats | None = None  # the last of the batch (its reply_ counts cover the rest)
 
     def empty(self) -> bool:
-        return not self.token_ids and self.step is None
+        return not self.tokens and self.step is None
+
+
+def _token_info(tokens: list[TokenEvent]) -> dict[str, Any]:
+    return {"token_ids": [t.token_id for t in tokens], "from_draft": [t.from_draft for t in tokens]}
+
+
+def _malformed(end: ReplyEnd | None) -> dict[str, Any]:
+    """The `outrider` note of a botched call: why the parser refused it."""
+    if end is None or end.parsed.malformed is None:
+        return {}
+    return {"malformed_tool_call": end.parsed.malformed}
 
 
 class ChunkWriter:
-    """Makes the `data:` payloads of one streamed completion."""
+    """Makes the `data:` payloads of one streamed completion. `reply`: how chat choices are
+    read (None: their text is all content); `logprobs`: the request asked for them."""
 
-    def __init__(self, *, chat: bool, model: str, n: int, include_usage: bool) -> None:
+    def __init__(self, *, chat: bool, model: str, n: int, include_usage: bool,
+                 reply: ReplyOptions | None = None, logprobs: bool = False) -> None:
         self.chat = chat
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.model = model
         self.n = n
         self.include_usage = include_usage
+        self.reply = reply if chat else None
+        self.logprobs = logprobs
         self.finished: dict[int, Finished] = {}
         self._started: set[int] = set()
+        self._readers: dict[int, ChoiceReader] = {}
+        self._legacy: dict[int, CompletionLogprobs] = {}
 
-    def _chunk(self, index: int, text: str | None, finish: str | None,
-               outrider: dict[str, Any] | None) -> dict[str, Any]:
+    def _reader(self, index: int) -> ChoiceReader | None:
+        if self.reply is None:
+            return None
+        if index not in self._readers:
+            self._readers[index] = ChoiceReader(self.reply)
+        return self._readers[index]
+
+    def _chunk(self, index: int, delta: dict[str, Any] | None, text: str,
+               finish: str | None, outrider: dict[str, Any] | None,
+               logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": index}
         if self.chat:
-            delta: dict[str, Any] = {}
-            if index not in self._started:
-                delta["role"] = "assistant"
-            if text is not None:
-                delta["content"] = text
-            choice["delta"] = delta
+            head = {"role": "assistant"} if index not in self._started else {}
+            choice["delta"] = {**head, **(delta or {})}
         else:
-            choice["text"] = text or ""
+            choice["text"] = text
         self._started.add(index)
-        choice["logprobs"] = None
+        choice["logprobs"] = logprobs
         choice["finish_reason"] = finish
         chunk: dict[str, Any] = {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
                  "created": self.created, "model": self.model, "choices": [choice]}
@@ -104,14 +131,36 @@ class ChunkWriter:
             chunk["outrider"] = outrider
         return chunk
 
+    def _logprobs(self, index: int, tokens: list[TokenEvent]) -> dict[str, Any] | None:
+        if not self.logprobs or not tokens:
+            return None
+        if self.chat:
+            return chat_logprobs(tokens)
+        return self._legacy.setdefault(index, CompletionLogprobs()).add(tokens)
+
     def _flush(self, index: int, pending: dict[int, _Pending]) -> list[dict[str, Any]]:
         item = pending.pop(index, None)
         if item is None or item.empty():
             return []
-        extra: dict[str, Any] = {"token_ids": item.token_ids, "from_draft": item.from_draft}
+        extra = _token_info(item.tokens)
         if item.step is not None:
             extra["step"] = step_json(item.step)
-        return [self._chunk(index, "".join(item.text), None, extra)]
+        text = "".join(item.text)
+        reader = self._reader(index)
+        delta = reader.push(text).delta() if reader is not None else {"content": text}
+        return [self._chunk(index, delta, text, None, extra, self._logprobs(index, item.tokens))]
+
+    def _finish(self, event: Finished) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        reader = self._reader(event.index)
+        end = reader.finish(event.reason) if reader is not None else None
+        if end is not None and not end.rest.empty():  # held back by the parser: sent first
+            out.append(self._chunk(event.index, end.rest.delta(), "", None, _token_info([])))
+        self.finished[event.index] = event
+        outrider = {**finish_json(event), **_malformed(end)}
+        out.append(self._chunk(event.index, None, "", event.reason if end is None else end.reason,
+                               outrider))
+        return out
 
     def chunks(self, batch: list[Event]) -> list[dict[str, Any]]:
         """The chunks for one batch of events, in order per choice."""
@@ -121,15 +170,12 @@ class ChunkWriter:
             if isinstance(event, TokenEvent):
                 item = pending.setdefault(event.index, _Pending())
                 item.text.append(event.text)
-                item.token_ids.append(event.token_id)
-                item.from_draft.append(event.from_draft)
+                item.tokens.append(event)
             elif isinstance(event, StepStats):
                 pending.setdefault(event.index, _Pending()).step = event
             elif isinstance(event, Finished):
                 out += self._flush(event.index, pending)
-                self.finished[event.index] = event
-                out.append(self._chunk(event.index, None if self.chat else "", event.reason,
-                                       finish_json(event)))
+                out += self._finish(event)
             elif isinstance(event, ErrorEvent):
                 for index in sorted(pending):
                     out += self._flush(index, pending)
@@ -149,24 +195,25 @@ class ChunkWriter:
 
 
 class ResponseCollector:
-    """Gathers a whole (non-streamed) completion."""
+    """Gathers a whole (non-streamed) completion; `reply` and `logprobs` as for `ChunkWriter`."""
 
-    def __init__(self, *, chat: bool, model: str, n: int) -> None:
+    def __init__(self, *, chat: bool, model: str, n: int, reply: ReplyOptions | None = None,
+                 logprobs: bool = False) -> None:
         self.chat = chat
         self.model = model
         self.n = n
+        self.reply = reply if chat else None
+        self.logprobs = logprobs
         self.error: ErrorEvent | None = None
         self._text: dict[int, list[str]] = {i: [] for i in range(n)}
-        self._ids: dict[int, list[int]] = {i: [] for i in range(n)}
-        self._draft: dict[int, list[bool]] = {i: [] for i in range(n)}
+        self._tokens: dict[int, list[TokenEvent]] = {i: [] for i in range(n)}
         self._finished: dict[int, Finished] = {}
 
     def add(self, batch: list[Event]) -> None:
         for event in batch:
             if isinstance(event, TokenEvent):
                 self._text.setdefault(event.index, []).append(event.text)
-                self._ids.setdefault(event.index, []).append(event.token_id)
-                self._draft.setdefault(event.index, []).append(event.from_draft)
+                self._tokens.setdefault(event.index, []).append(event)
             elif isinstance(event, Finished):
                 self._finished[event.index] = event
             elif isinstance(event, ErrorEvent) and self.error is None:
@@ -176,26 +223,37 @@ class ResponseCollector:
     def complete(self) -> bool:
         return len(self._finished) >= self.n
 
+    def _choice(self, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One choice and its `outrider` entry."""
+        text = "".join(self._text[index])
+        tokens = self._tokens.get(index, [])
+        done = self._finished.get(index)
+        reason: str = done.reason if done else "cancelled"
+        choice: dict[str, Any] = {"index": index}
+        info: dict[str, Any] = {"index": index, **_token_info(tokens)}
+        if self.reply is not None:
+            reader = ChoiceReader(self.reply)
+            reader.push(text)
+            end = reader.finish(reason)
+            reason = end.reason
+            choice["message"] = message_json(end.parsed)
+            info.update(_malformed(end))
+        elif self.chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        choice["logprobs"] = None
+        if self.logprobs:
+            choice["logprobs"] = (chat_logprobs(tokens) if self.chat
+                                  else CompletionLogprobs().add(tokens))
+        choice["finish_reason"] = reason
+        if done is not None:
+            info.update(finish_json(done))
+        return choice, info
+
     def response(self) -> dict[str, Any]:
-        choices: list[dict[str, Any]] = []
-        extra: list[dict[str, Any]] = []
-        for index in sorted(self._text):
-            text = "".join(self._text[index])
-            done = self._finished.get(index)
-            choice: dict[str, Any] = {"index": index}
-            if self.chat:
-                choice["message"] = {"role": "assistant", "content": text}
-            else:
-                choice["text"] = text
-            choice["logprobs"] = None
-            choice["finish_reason"] = done.reason if done else "cancelled"
-            choices.append(choice)
-            info: dict[str, Any] = {"index": index, "token_ids": self._ids[index],
-                                    "from_draft": self._draft[index]}
-            if done is not None:
-                info.update(finish_json(done))
-            extra.append(info)
+        choices, extra = zip(*(self._choice(index) for index in sorted(self._text)), strict=True)
         return {"id": ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24],
                 "object": "chat.completion" if self.chat else "text_completion",
-                "created": int(time.time()), "model": self.model, "choices": choices,
-                "usage": usage_json(self._finished), "outrider": {"choices": extra}}
+                "created": int(time.time()), "model": self.model, "choices": list(choices),
+                "usage": usage_json(self._finished), "outrider": {"choices": list(extra)}}

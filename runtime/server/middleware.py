@@ -91,7 +91,8 @@ class BrowserGuardMiddleware:
 
 
 class ApiKeyMiddleware:
-    """Every route except `/health` needs `Authorization: Bearer KEY`.
+    """Every route except `/health` needs `Authorization: Bearer KEY`, or `x-api-key: KEY`
+    (how Anthropic's clients send it).
 
     The comparison is constant-time (`hmac.compare_digest`), so response timing does not tell
     an attacker how much of a guessed key was right.
@@ -105,14 +106,20 @@ class ApiKeyMiddleware:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        value = Headers(scope=scope).get("authorization", "")
+        headers = Headers(scope=scope)
+        value = headers.get("authorization", "")
         scheme, _, token = value.partition(" ")
         given = token.strip().encode("utf-8", "surrogateescape")
         if scheme.lower() == "bearer" and hmac.compare_digest(given, self._expected):
             await self.app(scope, receive, send)
             return
-        message = ("missing API key: send the header 'Authorization: Bearer KEY'" if not value
-                   else "wrong API key")
+        other = headers.get("x-api-key")
+        if not value and other is not None and hmac.compare_digest(
+                other.strip().encode("utf-8", "surrogateescape"), self._expected):
+            await self.app(scope, receive, send)
+            return
+        message = ("missing API key: send the header 'Authorization: Bearer KEY' "
+                   "(or 'x-api-key: KEY')" if not value and other is None else "wrong API key")
         response = error_response(401, message, code="invalid_api_key",
                                   headers={"WWW-Authenticate": "Bearer"})
         await response(scope, receive, send)

@@ -6,7 +6,8 @@ the 400 names the parameter (`param`) — int32 limits for whatever reaches llam
 (`"top_k": 2**64` used to fail the batched step of every stream); the engine's
 `SamplingParams` checks them again for the CLI and the app; then the server's own caps
 (`ServerLimits`). Text with a lone surrogate (`"\\ud800"`, valid JSON but not Unicode text)
-is refused too: it has no UTF-8 encoding for the tokenizer.
+is refused too: it has no UTF-8 encoding for the tokenizer. The reply's shape —
+`response_format`, `grammar`, `json_schema`, `tools` — is read in `runtime.server.reply_format`.
 
     >>> body = ChatCompletionRequest.model_validate(
     ...     {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "stop": "\\n"})
@@ -16,18 +17,32 @@ is refused too: it has no UTF-8 encoding for the tokenizer.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NoReturn
+import json
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
-from fastapi.exceptions import RequestValidationError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from runtime.chat.families import PLAIN, Family
 from runtime.errors import SettingsError
 from runtime.events import (
     INT32_MAX,
     MAX_SAMPLES,
+    MAX_TOP_LOGPROBS,
     ChatMessage,
+    ConstraintSpec,
     GenerationRequest,
     SamplingParams,
+    ToolCall,
+)
+from runtime.server.reply_format import (
+    ResponseFormat,
+    ToolChoice,
+    ToolIn,
+    ToolPlan,
+    format_constraint,
+    refuse,
+    tool_plan,
 )
 from runtime.server.state import ServerLimits
 
@@ -48,11 +63,11 @@ def _unicode_text(value: str) -> str:
 
 Text = Annotated[str, AfterValidator(_unicode_text)]
 Count = Annotated[int, Field(ge=1, le=INT32_MAX)]  # max_tokens and friends
-
-
-def _refuse(param: str, message: str) -> NoReturn:
-    """A 400 that names the parameter, like pydantic's own (`runtime.server.app`)."""
-    raise RequestValidationError([{"type": "value_error", "loc": ("body", param), "msg": message}])
+TopLogprobs = Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)]
+_refuse = refuse
+# Template variables a request's chat_template_kwargs may not replace.
+_RESERVED_KWARGS = frozenset({"messages", "tools", "add_generation_prompt", "bos_token",
+                              "eos_token"})
 
 
 class TextPart(BaseModel):
@@ -61,12 +76,31 @@ class TextPart(BaseModel):
     text: Text | None = None
 
 
+class FunctionCallIn(BaseModel):
+    model_config = _STRICT
+    name: Text
+    arguments: Text | dict[str, Any] = "{}"  # OpenAI sends JSON text; some clients an object
+
+
+class ToolCallIn(BaseModel):
+    """One call of an assistant message that the client sends back (a tools round trip)."""
+
+    model_config = _STRICT
+    id: Text | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCallIn
+
+
 class ChatMessageIn(BaseModel):
     model_config = _STRICT
     role: Role
     content: Text | list[TextPart] | None = None
+    name: Text | None = None
+    tool_call_id: Text | None = None  # role "tool": which call this is the result of
+    tool_calls: list[ToolCallIn] | None = None  # role "assistant"
+    reasoning_content: Text | None = None  # role "assistant": its thinking
 
-    def to_message(self) -> ChatMessage:
+    def to_message(self, where: str = "messages") -> ChatMessage:
         if isinstance(self.content, list):
             parts = []
             for part in self.content:
@@ -78,7 +112,28 @@ class ChatMessageIn(BaseModel):
         else:
             text = self.content or ""
         role = "system" if self.role == "developer" else self.role
-        return ChatMessage(role, text)
+        if self.tool_calls and role != "assistant":
+            _refuse(f"{where}.tool_calls", "only assistant messages carry tool_calls")
+        calls = tuple(_tool_call(call, f"{where}.tool_calls.{i}")
+                      for i, call in enumerate(self.tool_calls or ()))
+        return ChatMessage(role, text, tool_calls=calls, tool_call_id=self.tool_call_id,
+                           name=self.name if role == "tool" else None,
+                           reasoning=self.reasoning_content if role == "assistant" else None)
+
+
+def _tool_call(call: ToolCallIn, where: str) -> ToolCall:
+    arguments = call.function.arguments
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments or "{}")
+        except json.JSONDecodeError:
+            _refuse(f"{where}.function.arguments", "the arguments are not JSON text")
+        if not isinstance(parsed, dict):
+            _refuse(f"{where}.function.arguments", "the arguments must be a JSON object")
+        text = arguments or "{}"
+    else:
+        text = json.dumps(arguments, ensure_ascii=False)
+    return ToolCall(call.function.name, text, call.id or "")
 
 
 class StreamOptions(BaseModel):
@@ -106,6 +161,13 @@ class _GenerationBody(BaseModel):
     repeat_penalty: Annotated[float, Field(gt=0.0, le=100.0)] | None = None  # llama.cpp's, multiplicative
     repeat_last_n: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
     truncate_middle: bool = False  # Outrider: drop older turns instead of failing on overflow
+    # The reply's form: OpenAI's response_format, llama-server's grammar (GBNF) / json_schema.
+    response_format: ResponseFormat | None = None
+    grammar: Text | None = None
+    json_schema: dict[str, Any] | bool | None = None
+
+    def _format(self) -> ConstraintSpec | None:
+        return format_constraint(self.response_format, self.grammar, self.json_schema)
 
     @property
     def include_usage(self) -> bool:
@@ -158,21 +220,57 @@ class ChatCompletionRequest(_GenerationBody):
     messages: Annotated[list[ChatMessageIn], Field(min_length=1)]
     max_completion_tokens: Count | None = None
     logprobs: bool | None = None
-    tools: list[Any] | None = None
-    response_format: dict[str, Any] | None = None
+    top_logprobs: TopLogprobs | None = None
+    tools: list[ToolIn] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    reasoning_effort: Text | None = None  # handed to the template (gpt-oss reads it)
+    chat_template_kwargs: dict[str, Any] | None = None  # more template variables
 
-    def to_generation(self, limits: ServerLimits, *, n_ctx: int, n_vocab: int) -> GenerationRequest:
-        if self.logprobs:
-            raise SettingsError("logprobs are not supported by this server")
-        if self.tools:
-            raise SettingsError("tool calling is not supported by this server")
-        if self.response_format is not None and self.response_format.get("type") != "text":
-            raise SettingsError("only response_format {'type': 'text'} is supported")
+    def tool_plan(self, family: Family, *, in_reasoning: bool = False,
+                  special_tokens: Mapping[str, int] | None = None) -> ToolPlan:
+        """What the tools become (`reply_format.tool_plan`)."""
+        return tool_plan(self.tools, self.tool_choice, self.parallel_tool_calls, family,
+                         in_reasoning=in_reasoning, special_tokens=special_tokens)
+
+    def chat_messages(self) -> tuple[ChatMessage, ...]:
+        return tuple(message.to_message(f"messages.{i}") for i, message in enumerate(self.messages))
+
+    def tools_json(self) -> tuple[dict[str, Any], ...]:
+        """The tools as the template renders them."""
+        return tuple(tool.to_json() for tool in self.tools or ())
+
+    def to_generation(self, limits: ServerLimits, *, n_ctx: int, n_vocab: int,
+                      family: Family = PLAIN, plan: ToolPlan | None = None) -> GenerationRequest:
+        """The engine's request. `family` is the loaded model's template family (tools need
+        one with a call format); `plan` its `tool_plan`, when the caller already made it."""
+        if self.top_logprobs is not None and not self.logprobs:
+            _refuse("top_logprobs", "top_logprobs needs logprobs: true")
+        plan = self.tool_plan(family) if plan is None else plan
+        constraint = self._format()
+        if constraint is not None and plan.forced:
+            _refuse("tool_choice", "it forces a call, and response_format (or grammar, "
+                    "json_schema) forces the reply's form: send one of them")
+        if constraint is None:
+            constraint = plan.constraint
         max_tokens = self.max_completion_tokens if self.max_tokens is None else self.max_tokens
         return GenerationRequest(
-            messages=tuple(message.to_message() for message in self.messages),
-            sampling=self._sampling(limits, n_ctx, max_tokens),
-            n=self.n, truncate_middle=self.truncate_middle)
+            messages=self.chat_messages(), sampling=self._sampling(limits, n_ctx, max_tokens),
+            n=self.n, truncate_middle=self.truncate_middle, constraint=constraint,
+            logprobs=(self.top_logprobs or 0) if self.logprobs else None,
+            tools=plan.tools, template_kwargs=self.template_kwargs())
+
+    def template_kwargs(self) -> tuple[tuple[str, Any], ...]:
+        """`reasoning_effort` and `chat_template_kwargs`, as template variables."""
+        kwargs: dict[str, Any] = {}
+        if self.reasoning_effort is not None:
+            kwargs["reasoning_effort"] = self.reasoning_effort
+        reserved = sorted(_RESERVED_KWARGS & set(self.chat_template_kwargs or {}))
+        if reserved:
+            _refuse("chat_template_kwargs",
+                    f"{reserved[0]!r} is set by the server, not by chat_template_kwargs")
+        kwargs.update(self.chat_template_kwargs or {})
+        return tuple(kwargs.items())
 
 
 TokenIds = list[int]
@@ -182,7 +280,7 @@ class CompletionRequest(_GenerationBody):
     prompt: Text | TokenIds | list[Text] | list[TokenIds]
     echo: bool = False
     suffix: str | None = None
-    logprobs: int | None = None
+    logprobs: TopLogprobs | None = None  # the legacy API's: how many top tokens (0: the sampled one)
     best_of: int | None = None
 
     def to_generation(self, limits: ServerLimits, *, n_ctx: int, n_vocab: int) -> GenerationRequest:
@@ -190,8 +288,6 @@ class CompletionRequest(_GenerationBody):
             raise SettingsError("echo is not supported by this server")
         if self.suffix:
             raise SettingsError("suffix (fill-in-the-middle) is not supported by this server")
-        if self.logprobs is not None:
-            raise SettingsError("logprobs are not supported by this server")
         if self.best_of not in (None, self.n):
             raise SettingsError("best_of is not supported by this server")
         prompt = self.prompt
@@ -213,4 +309,5 @@ class CompletionRequest(_GenerationBody):
             engine_prompt = tuple(ids)
         return GenerationRequest(prompt=engine_prompt,
                                  sampling=self._sampling(limits, n_ctx, self.max_tokens),
-                                 n=self.n, truncate_middle=self.truncate_middle)
+                                 n=self.n, truncate_middle=self.truncate_middle,
+                                 constraint=self._format(), logprobs=self.logprobs)

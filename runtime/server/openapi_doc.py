@@ -47,8 +47,10 @@ _EVERY_ROUTE = {
 _WITH_KEY = {"401": "`invalid_api_key`: the key is missing or wrong"}
 _ENGINE_BUG = {"500": "`internal_error`: an engine bug; the server keeps serving"}
 _GENERATION = {
-    "400": "`invalid_value`, `context_length_exceeded`, `invalid_request` (a chat template "
-           "that fails), or an unreadable body",
+    "400": "`invalid_value` (also a schema or grammar the constraint compiler refuses, "
+           "naming the keyword and its path), `context_length_exceeded`, `invalid_request` (a "
+           "chat template that fails, tools the model's template cannot call), or an "
+           "unreadable body",
     "404": "`model_not_found`: `model` is not the loaded model",
     "503": "`model_not_loaded`: no model is loaded, or one is loading",
     **_ENGINE_BUG,
@@ -57,6 +59,17 @@ _GENERATION = {
 _ROUTES: dict[tuple[str, str], dict[str, str]] = {
     ("post", "/v1/chat/completions"): _GENERATION,
     ("post", "/v1/completions"): _GENERATION,
+    ("post", "/v1/responses"): _GENERATION,
+    ("get", "/v1/responses/{response_id}"): {
+        "404": "`not_found`: responses are not stored on this server"},
+    ("post", "/v1/embeddings"): {
+        "400": "`invalid_value` (no input, an empty one, a token id beyond the vocabulary, "
+               "`dimensions`), `context_length_exceeded` (an input over the embedding limit), "
+               "`invalid_request` (a model that cannot embed: a reranker, T5)",
+        "404": "`model_not_found`: `model` is not the loaded model",
+        "503": "`model_not_loaded`: no model is loaded, or one is loading",
+        **_ENGINE_BUG,
+    },
     ("post", "/api/load"): {
         "400": "`invalid_value` (a load setting), `invalid_model_file`, `load_failed`",
         "403": "`path_not_allowed`: the file is outside the models library, or "
@@ -75,6 +88,7 @@ _ROUTES: dict[tuple[str, str], dict[str, str]] = {
 # 200 bodies FastAPI cannot see: these routes answer server-sent events.
 _STREAMS = {("post", "/v1/chat/completions"): "json or sse",
             ("post", "/v1/completions"): "json or sse",
+            ("post", "/v1/responses"): "json or sse",
             ("post", "/api/load"): "sse", ("get", "/api/metrics/stream"): "sse"}
 _OPEN = {("get", "/health")}  # no key needed (middleware.OPEN_PATHS)
 

@@ -18,6 +18,11 @@ accepted history plus the drafts before it), and q_i is returned for the verifie
 min(1, p/q). At temperature 0 — and for llama.cpp's greedy-match verifier — the draft takes
 the argmax. Drafting stops early when the draft's own top probability falls below p_min.
 
+Under a constraint (structured output) the draft drafts under the sequence's own grammar
+state: q_i is masked like the target's p_i, each draft token advances the constraint
+tentatively, and every advance is rolled back before the proposal goes to the verifier.
+Drafting stops once the grammar is complete (only the end of the text can follow).
+
     ctx = DraftContext.load(Path("SmolLM2-135M.Q4_0.gguf"), settings)
     drafter = DraftModel(ctx, seq.sampling, rng, Pacer(settings.draft))
     proposal = drafter.propose(seq.tokens, k=4)     # DraftProposal(tokens, q_rows)
@@ -38,6 +43,7 @@ from runtime.gguf.vocab import TokenizerFacts
 from runtime.llama.binding import Batch, LlamaContext, LlamaModel, supports_gpu_offload
 from runtime.llama.params import to_llama_params
 from runtime.sampling import native
+from runtime.sampling.constraint import Constraint
 from runtime.sampling.sampler import Sampler
 from runtime.settings.load import DraftSettings, LoadSettings
 from runtime.speculative.api import DraftProposal
@@ -200,13 +206,15 @@ class DraftModel(PacedDrafter):
 
     `rng` draws the draft's own samples (a child of the sequence's seeded generator, so a
     seeded reply is reproducible); `greedy` drafts the argmax even at temperature > 0 (for
-    llama.cpp's greedy-match verifier)."""
+    llama.cpp's greedy-match verifier); `constraint` is the sequence's own (None: free)."""
 
     def __init__(self, context: DraftContext, params: SamplingParams, rng: np.random.Generator,
-                 pacer: Pacer, *, greedy: bool = False) -> None:
+                 pacer: Pacer, *, greedy: bool = False,
+                 constraint: Constraint | None = None) -> None:
         self.context = context
         self.params = params
-        self.sampler = Sampler(params, None)
+        self.constraint = constraint
+        self.sampler = Sampler(params, None, constraint)
         self.sampler.rng = rng
         super().__init__(pacer)
         self.greedy = greedy or params.greedy
@@ -254,29 +262,38 @@ class DraftModel(PacedDrafter):
         q_rows: list[np.ndarray] = []
         model = self.context.model
         check = self.pacer.controller.p_min > 0.0
+        constraint = self.constraint
         assert self._slot is not None
-        for i in range(k):
-            if params.greedy:
-                x = sampler.sample(logits, history)
-                top = _top_probability(sampler.penalise(logits, history)) if check else 1.0
-                q = None
-            else:
-                q = sampler.distribution(logits, history)
-                x = int(np.argmax(q)) if self.greedy else native.sample(q, sampler.uniform())
-                top = float(q.max())
-            if not self.pacer.keep_drafting(top):
-                break
-            tokens.append(x)
-            if q is not None:
-                q_rows.append(q)
-            if i == k - 1 or (model.is_eog(x) and not params.ignore_eos):
-                break
-            if sampler.penalised:
-                history.append(x)
-            row = self.context.step(self._slot, x)
-            if row is None:
-                break
-            logits = row
+        try:
+            for i in range(k):
+                if params.greedy:
+                    x = sampler.sample(logits, history)
+                    top = (_top_probability(sampler.prepared(logits, history)[0])
+                           if check else 1.0)
+                    q = None
+                else:
+                    q = sampler.distribution(logits, history)
+                    x = int(np.argmax(q)) if self.greedy else native.sample(q, sampler.uniform())
+                    top = float(q.max())
+                if not self.pacer.keep_drafting(top):
+                    break
+                if constraint is not None and not constraint.try_advance(x):
+                    break  # a lazy trigger followed by text the grammar refuses
+                tokens.append(x)
+                if q is not None:
+                    q_rows.append(q)
+                if (i == k - 1 or (model.is_eog(x) and not params.ignore_eos)
+                        or (constraint is not None and constraint.done)):
+                    break
+                if sampler.penalised:
+                    history.append(x)
+                row = self.context.step(self._slot, x)
+                if row is None:
+                    break
+                logits = row
+        finally:
+            if constraint is not None and tokens:
+                constraint.rollback(len(tokens))
         return tokens, q_rows
 
     def observe(self, drafted: int, accepted: int, seconds: float) -> None:

@@ -19,6 +19,13 @@ tokens and the drafts x1..xi before its position), draws the uniforms from the s
 seeded generator and calls `runtime.sampling.native.verify`: "greedy" at temperature 0, "leviathan"
 (min(1, p/q), residual resampling) above it — q = None for prompt lookup's point masses —
 or llama.cpp's "greedy_match" when `draft.verifier` asks for it (the benchmark's baseline).
+
+Under a constraint (structured output; `sampler.constraint`) row i's p is masked with the
+grammar's state after x1..xi: the verifier advances the constraint through the drafts
+tentatively and rolls it back afterwards (the scheduler then advances it over what was
+accepted). A draft the grammar forbids has p = 0 and is rejected, so the rows past it are
+never read. Drafters draft under the same constraint: the draft model samples from the
+masked q, and prompt lookup's proposal is cut at the first token the grammar forbids.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import numpy as np
 
 from runtime.gguf.preflight import check_gguf
 from runtime.sampling import native
+from runtime.sampling.constraint import Constraint
 from runtime.sampling.sampler import Sampler
 from runtime.sampling.verify import VerifyMode
 from runtime.settings.load import DraftSettings, LoadSettings
@@ -84,8 +92,21 @@ def _verify_greedy(drafts: Sequence[int], rows: np.ndarray, sampler: Sampler,
     k = len(drafts)
     params = sampler.params
     past = list(history[-params.penalty_last_n:]) if sampler.penalised else []
-    best = [sampler.sample(rows[i], [*past, *drafts[:i]] if sampler.penalised else past)
-            for i in range(k + 1)]
+    constraint = sampler.constraint
+    best: list[int] = []
+    moved = 0
+    try:
+        for i in range(k + 1):
+            best.append(sampler.sample(rows[i], [*past, *drafts[:i]] if sampler.penalised
+                                       else past))
+            if constraint is not None and i < k:
+                if not constraint.try_advance(drafts[i]):
+                    best.extend([best[i]] * (k - i))  # x(i+1) is rejected: never read
+                    break
+                moved += 1
+    finally:
+        if constraint is not None and moved:
+            constraint.rollback(moved)
     ids = sorted(set(drafts) | set(best))
     index = {t: j for j, t in enumerate(ids)}
     p = np.zeros((k + 1, len(ids)))
@@ -107,12 +128,23 @@ def target_distributions(rows: np.ndarray, sampler: Sampler, history: Sequence[i
     p = np.zeros((k + 1, width))
     params = sampler.params
     past = list(history[-params.penalty_last_n:]) if sampler.penalised else []
-    for i in range(k + 1):
-        hist = [*past, *drafts[:i]] if sampler.penalised else past
-        if params.greedy:
-            p[i, sampler.sample(rows[i], hist)] = 1.0
-        else:
-            p[i, :n] = sampler.distribution(rows[i], hist)
+    constraint = sampler.constraint
+    moved = 0
+    try:
+        for i in range(k + 1):
+            hist = [*past, *drafts[:i]] if sampler.penalised else past
+            if params.greedy:
+                p[i, sampler.sample(rows[i], hist)] = 1.0
+            else:
+                p[i, :n] = sampler.distribution(rows[i], hist)
+            if constraint is not None and i < k:
+                if not constraint.try_advance(drafts[i]):
+                    p[i + 1:] = p[i]  # p_i(x(i+1)) = 0: rejected there, later rows unread
+                    break
+                moved += 1
+    finally:
+        if constraint is not None and moved:
+            constraint.rollback(moved)
     return p
 
 
@@ -126,10 +158,13 @@ def _padded(q: np.ndarray, width: int) -> np.ndarray:
 
 class NgramDrafter(PacedDrafter):
     """Prompt lookup for one sequence (implements speculative_api.Drafter). Keeps the
-    sequence's tokens in a growing int32 buffer, so a lookup costs no list conversion."""
+    sequence's tokens in a growing int32 buffer, so a lookup costs no list conversion.
+    Under a constraint the proposal stops before the first token the grammar forbids."""
 
-    def __init__(self, lookup: PromptLookup, pacer: Pacer) -> None:
+    def __init__(self, lookup: PromptLookup, pacer: Pacer,
+                 constraint: Constraint | None = None) -> None:
         self.lookup = lookup
+        self.constraint = constraint
         super().__init__(pacer)
         self._buf = np.zeros(256, dtype=np.int32)
         self._n = 0
@@ -137,6 +172,8 @@ class NgramDrafter(PacedDrafter):
     def propose(self, seq_tokens: Sequence[int], k: int) -> DraftProposal:
         k = self.pacer.start(k)
         tokens = self.lookup.propose(self._tokens(seq_tokens), k) if k > 0 else []
+        if self.constraint is not None and tokens:
+            tokens = allowed_prefix(self.constraint, tokens)
         self.pacer.proposed(len(tokens))
         self._publish()
         return DraftProposal(tuple(tokens)) if tokens else _NO_DRAFT
@@ -161,6 +198,20 @@ class NgramDrafter(PacedDrafter):
         self.pacer.reset()
 
 
+def allowed_prefix(constraint: Constraint, tokens: Sequence[int]) -> list[int]:
+    """The longest prefix of `tokens` the grammar allows from its current state (which is
+    left as it was). The masks met on the way stay cached for the verifier."""
+    moved = 0
+    try:
+        for token in tokens:
+            if not constraint.try_advance(token):
+                break
+            moved += 1
+    finally:
+        constraint.rollback(moved)
+    return list(tokens[:moved])
+
+
 class Speculation:
     """Implements runtime.speculative.api.Speculation. `clock` times the rounds (tests
     pass a fake one)."""
@@ -179,7 +230,8 @@ class Speculation:
         if draft.kind == "ngram":
             lookup = PromptLookup(draft.ngram_min, draft.ngram_max)
             return SpecSetup(
-                drafter_for=lambda seq: NgramDrafter(lookup, self._pacer(draft, memory)),
+                drafter_for=lambda seq: NgramDrafter(lookup, self._pacer(draft, memory),
+                                                     seq.constraint),
                 verifier=verifier, k_max=k_max, draft_name="ngram",
                 notes=(f"drafting by prompt lookup ({draft.ngram_min}- to "
                        f"{draft.ngram_max}-grams, {k_text}, {draft.verifier} verifier)",))
@@ -206,7 +258,7 @@ class Speculation:
             # draft's draws never shift the target's own stream.
             rng = seq.sampler.rng.spawn(1)[0]
             return DraftModel(context, seq.sampling, rng, self._pacer(draft, memory),
-                              greedy=greedy)
+                              greedy=greedy, constraint=seq.constraint)
 
         return SpecSetup(
             drafter_for=drafter_for, verifier=verifier, k_max=k_max, draft_name=context.name,

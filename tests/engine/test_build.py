@@ -17,6 +17,7 @@ from runtime.errors import OutriderError
 from runtime.gguf.info import read_model_info
 from runtime.planner import devices
 from runtime.planner.devices import Device
+from runtime.planner.gpu_layers import Offload
 from runtime.planner.plan import GPU_RUNTIME_OVERHEAD, plan_memory
 from runtime.settings.load import LoadSettings
 from runtime.speculative.speculation import Speculation
@@ -83,7 +84,7 @@ def test_a_gpu_layer_count_given_wins_over_the_planner(
 def test_a_cpu_build_plans_no_gpu_layers_even_with_a_gpu_in_the_machine(
         tiny_target: Path, fake_gpu_machine: list[Device], monkeypatch: pytest.MonkeyPatch) -> None:
     settings = LoadSettings(model_path=tiny_target, n_ctx=256)
-    assert auto_gpu_layers(settings) == _planned(tiny_target, fake_gpu_machine)
+    assert auto_gpu_layers(settings) == Offload(_planned(tiny_target, fake_gpu_machine))
     monkeypatch.setattr(build, "supports_gpu_offload", lambda: False)
     assert auto_gpu_layers(settings) == 0
 

@@ -8,14 +8,17 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runtime.engine import kv_store
 from runtime.engine.engine import Engine
+from runtime.engine.kv_slots import KvSlots
 from runtime.engine.kv_store import KvStore, KvStoreOptions
 from runtime.events import Finished, GenerationRequest, SamplingParams, TokenEvent
 from tests.engine.conftest import tiny_settings
@@ -74,6 +77,36 @@ def test_a_conversation_resumes_after_a_restart(tmp_path: Path, tiny_target: Pat
     assert usage.resumed_tokens == usage.cached_tokens > len(FIRST) // 2
     assert prefilled == usage.prompt_tokens - usage.resumed_tokens  # only the new tokens
     assert done.timings.restore_s > 0
+
+
+def wait_for_files(opts: KvStoreOptions, n: int, timeout: float = 60.0) -> list[Path]:
+    """The saved files once there are `n` (the engine writes them when it falls idle)."""
+    deadline = time.monotonic() + timeout
+    while len(files := saved_files(opts)) != n:
+        assert time.monotonic() < deadline, f"{len(files)} saved files, not {n}"
+        time.sleep(0.01)
+    return files
+
+
+def test_a_finished_conversation_is_saved_while_the_engine_idles(
+        tmp_path: Path, tiny_target: Path, cold: list[int],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No unload, no eviction: the file is written because the reply finished and nothing
+    else ran. The engine is then stopped without its unload-time save — a window closed, an
+    app killed — and the next engine still resumes the conversation."""
+    opts = options(tmp_path)
+    with monkeypatch.context() as killed:
+        killed.setattr(KvSlots, "save_idle", lambda self: None)
+        with running(opts, tiny_target) as engine:
+            reply(engine, FIRST)
+            (saved,) = wait_for_files(opts, 1)
+    with running(opts, tiny_target) as engine:
+        tokens, done, prefilled = reply(engine, FOLLOW)
+    assert tokens == cold
+    assert done.usage.resumed_tokens > len(FIRST) // 2
+    assert prefilled == done.usage.prompt_tokens - done.usage.resumed_tokens
+    # The new turn is saved too (its prompt is not FIRST's reply, so both files stay).
+    assert saved in wait_for_files(opts, 2)
 
 
 def test_a_live_slot_is_preferred_to_the_file(tmp_path: Path, tiny_target: Path) -> None:
@@ -145,6 +178,44 @@ def test_a_full_disk_costs_the_saving_not_the_chat(tmp_path: Path, tiny_target: 
     assert saved_files(opts) == []
 
 
+class _FillsUp:
+    """A file whose disk is full after its first write (the header goes, the tokens do not)."""
+
+    def __init__(self, f: Any) -> None:
+        self.f, self.writes = f, 0
+
+    def __enter__(self) -> _FillsUp:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.f.close()
+
+    def write(self, data: bytes) -> int:
+        self.writes += 1
+        if self.writes > 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return int(self.f.write(data))
+
+
+def test_a_disk_filling_up_mid_file_leaves_nothing_and_is_said_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    state = FakeState()
+    store = KvStore(KvStoreOptions(tmp_path, min_tokens=4), b"k" * 32, state)
+    monkeypatch.setattr(kv_store, "open", lambda path, mode: _FillsUp(
+        open(path, mode)), raising=False)  # noqa: SIM115 (closed by _FillsUp)
+    with caplog.at_level(logging.INFO, logger="outrider.kv_store"):
+        store.save(0, state.hold(0, list(range(10, 30))))  # never raises
+        store.save(1, state.hold(1, list(range(40, 60))))
+    assert list(tmp_path.iterdir()) == []  # no half file, no temporary left behind
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+    assert "No space left on device" in caplog.records[0].getMessage()
+    assert store.find([*range(10, 30), 9], live=0, whole=False) is None
+    # Room again: the next save works and is found.
+    monkeypatch.delattr(kv_store, "open")
+    store.save(0, state.hold(0, list(range(10, 30))))
+    assert store.find([*range(10, 30), 9], live=0, whole=False) is not None
+
+
 # ---- the store alone (a fake llama.cpp state) ---------------------------------------------------
 
 
@@ -185,6 +256,22 @@ def test_the_budget_evicts_the_least_recently_used(tmp_path: Path) -> None:
     assert store.find([*b, 9], live=0, whole=False) is None
     assert store.find([*a, 9], live=0, whole=False) is not None
     assert store.find([*c, 9], live=0, whole=False) is not None
+
+
+def test_a_longer_prefix_supersedes_the_shorter_files_where_cells_can_be_cut(
+        tmp_path: Path) -> None:
+    state = FakeState()
+    store = KvStore(KvStoreOptions(tmp_path, min_tokens=4), b"k" * 32, state)
+    turn1, other = list(range(10, 30)), list(range(10, 20)) + [99] * 10
+    store.save(0, state.hold(0, turn1))
+    store.save(1, state.hold(1, other))  # shares 10 tokens, is no prefix of turn 2
+    store.save(0, state.hold(0, [*turn1, *range(40, 50)]), supersede=True)  # turn 2
+    assert len(saved_files_in(tmp_path)) == 2  # turn 1's file is gone, the other stays
+    match = store.find([*turn1, 7], live=0, whole=False)
+    assert match is not None and match.n_tokens == 30 and match.usable == 20
+    # A window cache restores only whole files: there the shorter one is kept.
+    store.save(0, state.hold(0, [*turn1, *range(40, 60)]))
+    assert len(saved_files_in(tmp_path)) == 3
 
 
 def test_a_file_is_used_only_when_it_gains_enough_over_the_live_cache(tmp_path: Path) -> None:

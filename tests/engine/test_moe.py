@@ -10,11 +10,14 @@ Generation is unchanged (the same kernels read the same bytes): token-identical 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from runtime.engine import build, loader
 from runtime.engine.engine import Engine
 from runtime.errors import SettingsError
 from runtime.events import Finished, GenerationRequest, SamplingParams, TokenEvent
@@ -22,8 +25,10 @@ from runtime.gguf.info import read_model_info
 from runtime.gguf.preflight import check_gguf
 from runtime.llama.binding import Batch, LlamaContext, LlamaModel
 from runtime.llama.buffers import parse_buffer_sizes
-from runtime.llama.params import to_llama_params
+from runtime.llama.params import LlamaParams, to_llama_params
+from runtime.planner import devices
 from runtime.planner.devices import Device
+from runtime.planner.gpu_layers import Offload
 from runtime.planner.plan import plan_memory
 from runtime.settings.load import LoadSettings
 from tests.engine.conftest import tiny_settings
@@ -132,3 +137,63 @@ def test_the_engine_loads_and_generates_the_same_with_experts_in_ram(tiny_moe: P
         replies.append([e.token_id for e in events if isinstance(e, TokenEvent)])
     assert len(replies[0]) == 16
     assert replies[1] == replies[0] and replies[2] == replies[0]
+
+
+# ---- "auto": the planner's count reaches llama.cpp (a fake GPU; this CPU build still loads) ----
+
+
+def fake_gpu(monkeypatch: pytest.MonkeyPatch, free_bytes: int) -> None:
+    """NVML sees one GPU with `free_bytes` free, and llama.cpp says it can offload."""
+    gpu = Device("cuda:0", "Fake RTX", "cuda", 8 << 30, free_bytes)
+    monkeypatch.setattr(devices, "nvml_devices", lambda: [gpu])
+    monkeypatch.setattr(devices, "cpu_device", lambda: CPU)
+    monkeypatch.setattr(build, "supports_gpu_offload", lambda: True)
+
+
+def test_auto_loads_with_the_planners_expert_count(tiny_moe: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    info = read_model_info(tiny_moe)
+    settings = tiny_settings(tiny_moe, n_ctx=256, cpu_moe="auto")
+    # A GPU with room for every layer and the experts of all blocks but the first two.
+    roomy = [Device("cuda:0", "big", "cuda", 64 << 30, 64 << 30), CPU]
+    need = plan_memory(info, dataclasses.replace(settings, cpu_moe=2), roomy).devices[0].total
+    fake_gpu(monkeypatch, need)
+    received: list[LlamaParams] = []
+    real = loader.load_model
+
+    def recording(load: LoadSettings, params: LlamaParams, *rest: Any) -> Any:
+        received.append(params)
+        return real(load, params, *rest)
+
+    monkeypatch.setattr(loader, "load_model", recording)
+    engine = Engine(plan_gpu_layers=build.auto_gpu_layers)
+    engine.start()
+    try:
+        loaded = engine.load(settings)
+        handle = engine.submit(GenerationRequest(prompt="the cat", sampling=SamplingParams(
+            temperature=0.0, max_tokens=4)))
+        assert any(isinstance(e, Finished) for e in handle.events(timeout=60))
+    finally:
+        engine.stop()
+    (params,) = received
+    assert (params.n_cpu_moe, params.n_gpu_layers) == (2, info.n_layers_offloadable)
+    assert "MoE experts on CPU (auto): the first 2 layers keep their experts in RAM" in loaded.notes
+    # One GPU byte less than that and a third block's experts go to RAM.
+    fake_gpu(monkeypatch, need - 1)
+    offload = build.auto_gpu_layers(settings)
+    assert isinstance(offload, Offload) and offload.cpu_moe == 3
+
+
+def test_auto_on_a_dense_model_or_a_cpu_build_plans_no_experts(
+        tiny_moe: Path, tiny_target: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_gpu(monkeypatch, 8 << 30)
+    dense = build.auto_gpu_layers(tiny_settings(tiny_target, cpu_moe="auto"))
+    assert isinstance(dense, Offload) and dense.cpu_moe is None
+    roomy = build.auto_gpu_layers(tiny_settings(tiny_moe, cpu_moe="auto"))
+    assert roomy == Offload(gpu_layers=MOE.n_layer + 1, cpu_moe=0)
+    # A layer count the user gave stays; the experts are still planned around it.
+    given = build.auto_gpu_layers(tiny_settings(tiny_moe, cpu_moe="auto", gpu_layers=2))
+    assert given == Offload(gpu_layers=2, cpu_moe=0)
+    assert build.auto_gpu_layers(tiny_settings(tiny_moe, cpu_moe=1, gpu_layers=2)) == 2
+    monkeypatch.setattr(build, "supports_gpu_offload", lambda: False)
+    assert build.auto_gpu_layers(tiny_settings(tiny_moe, cpu_moe="auto")) == 0

@@ -3,7 +3,9 @@
 The fixture is a tiny `gemma3` model: 6 layers, layers 0-4 on a 32-token window. With a
 64-token micro-batch and 1-4 slots its window layers keep 256 cells, so prompts of a few
 hundred tokens make llama.cpp reuse window cells — the case where rolling back drafts and
-reusing prefixes could read cells that are gone.
+reusing prefixes could read cells that are gone. Drafting uses the window cache too, each
+decode one micro-batch (runtime.planner.plan.decode_batch says why that keeps it exact; with
+n_batch 512 over n_ubatch 64 the distribution test below fails with p = 0).
 
 llama-server is not built here: "what llama-server allocates" is the KV buffer the same
 libllama logs when given llama-server's context parameters (tools/server: swa_full false,
@@ -108,24 +110,29 @@ def test_kv_bytes_equal_llama_servers_and_the_plan(swa_model: Path, n_ctx: int) 
                                                                else (0, 0, 6))
 
 
-def test_speculative_drafting_keeps_the_full_size_cache(swa_model: Path) -> None:
-    """llama.cpp's own default, kept while drafting (runtime.planner.plan.full_window_cache);
-    the planner says the same."""
-    settings = LoadSettings(model_path=swa_model, n_ctx=8192, n_threads=1,
-                            draft=DraftSettings(kind="ngram"))
+def test_drafting_keeps_the_window_cache_with_one_micro_batch_per_decode(
+        swa_model: Path) -> None:
+    """Drafting loads the window cache at its true size, its batch cut to the micro-batch
+    (runtime.planner.plan.decode_batch); the planner says the same."""
+    settings = LoadSettings(model_path=swa_model, n_ctx=8192, n_threads=1, n_batch=2048,
+                            n_ubatch=512, draft=DraftSettings(kind="ngram"))
     params = to_llama_params(settings, 0)
-    assert params.swa_full
+    assert not params.swa_full and (params.n_batch, params.n_ubatch) == (512, 512)
+    assert any("batch size 512 (the micro-batch) instead of 2048 while drafting" in note
+               for note in params.notes)
+    plain = to_llama_params(dataclasses.replace(settings, draft=DraftSettings()), 0)
+    assert (plain.n_batch, plain.notes) == (2048, ())
     model = LlamaModel.load(swa_model, params)
     try:
         ctx = LlamaContext(model, params)
-        assert ctx.swa_window == 0
-        assert cache_shapes(ctx.init_log) == [(8192, 1), (8192, 5)]
+        assert (ctx.swa_window, ctx.n_batch) == (32, 512)
+        assert cache_shapes(ctx.init_log) == [(8192, 1), (768, 5)]  # 32 + 512, padded
         ctx.close()
     finally:
         model.close()
     plan = plan_memory(read_model_info(swa_model), settings,
                        [Device("cpu", "test CPU", "cpu", 64 << 30, 64 << 30)])
-    assert plan.kv == 6 * 8192 * BYTES_PER_CELL_LAYER and plan.swa_layers == 0
+    assert plan.kv == (8192 + 5 * 768) * BYTES_PER_CELL_LAYER and plan.swa_layers == 5
 
 
 # ---- the slot table's window check ------------------------------------------------------------
@@ -187,8 +194,8 @@ LOOKUP = DraftSettings(kind="ngram", k=4, ngram_min=1, ngram_max=3)
 
 def test_speculative_decoding_is_token_identical_at_t0(swa_model: Path) -> None:
     """Two requests at once (one in its prompt while the other verifies drafts), each
-    ending ~200 tokens past the 256 cells plain decoding keeps on window layers: drafting
-    (full-size cache) gives the same tokens as plain decoding in the window cache."""
+    ending ~200 tokens past the 256 cells the window layers keep: drafting (one micro-batch
+    per decode) gives the same tokens as plain decoding (n_batch 512)."""
     prompts = [_prompt(1, 220), _prompt(2, 180)]
     results: dict[bool, list[list[int]]] = {}
     drafted = accepted = 0
@@ -225,9 +232,9 @@ def _exact_joint(path: Path, prompt: Sequence[int], params: SamplingParams,
 
 
 def test_speculative_sampling_keeps_the_distribution(swa_model: Path) -> None:
-    """T > 0, a 300-token prompt, 4 slots: the samples follow the exact joint distribution.
-    (Drafting keeps the full-size cache: with the window cache, this test once drew a
-    sample of probability 0 — see full_window_cache.)"""
+    """T > 0, a 300-token prompt, 4 slots, the window cache: the samples follow the exact
+    joint distribution. (With n_batch 512 over the 64-token micro-batch instead of one
+    micro-batch per decode, it draws samples of probability 0: see decode_batch.)"""
     n, n_tokens = 250, 4
     sampling = SamplingParams(temperature=0.9, top_k=3, top_p=0.95, max_tokens=n_tokens,
                               ignore_eos=True, seed=7)

@@ -7,6 +7,8 @@ fixed text, the speed is set on the command line, and words in the user's messag
     [[error]]   an error event mid-stream   [[slow]]  50 ms per token (for Stop / kill tests)
     [[tokens=N]] N tokens of paragraphs with a code block now and then (benchmarks)
     [[gate]]    after 3 tokens, wait until the --gate-file exists (a reply caught mid-stream)
+    [[think]]   thinking first (`delta.reasoning_content`), a held-back `</think>` token, then
+                the answer               [[json]]  a reply that is one JSON object
 
 Run it as the app runs the real one (`--port 0` prints the ready line):
 
@@ -28,6 +30,8 @@ from typing import Any
 
 MD_REPLY = ("## Plan\n\nHere is a list:\n\n- one\n- **two**\n\n"
             "```python\ndef greet(name):\n    return f\"hi {name}\"\n```\n\nDone.")
+THINK_TEXT = "The user greets me. A short, friendly answer will do."
+JSON_REPLY = '{"name": "Ada", "languages": ["en", "fr"], "age": 36}'
 
 
 def reply_tokens(user_text: str) -> list[str]:
@@ -43,9 +47,17 @@ def reply_tokens(user_text: str) -> list[str]:
         return long_reply(int(match.group(1)))
     if "[[md]]" in user_text:
         text = MD_REPLY
+    elif "[[json]]" in user_text:
+        text = JSON_REPLY
     else:
-        words = user_text.replace("[[slow]]", "").replace("[[error]]", "").split()
+        words = user_text.replace("[[slow]]", "").replace("[[error]]", "").replace(
+            "[[think]]", "").split()
         text = "You said: " + " ".join(words) + ". Fine."
+    return pieces_of(text)
+
+
+def pieces_of(text: str) -> list[str]:
+    """`text` cut after each space and newline (a stand-in for tokens)."""
     pieces, current = [], ""
     for ch in text:
         current += ch
@@ -229,12 +241,17 @@ class Handler(BaseHTTPRequestHandler):
             return
         messages = body.get("messages") or []
         user = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
-        tokens = reply_tokens(user)[: int(body.get("max_tokens") or 10_000)]
+        # (delta key, text) per token: "reasoning_content" thinking, "" a token whose text
+        # the server held back (the `</think>` marker), "content" the answer.
+        thinking = [("reasoning_content", p) for p in pieces_of(THINK_TEXT)] + [("", "")] \
+            if "[[think]]" in user else []
+        items = thinking + [("content", p) for p in reply_tokens(user)]
+        tokens = items[: int(body.get("max_tokens") or 10_000)]
         delay = 0.05 if "[[slow]]" in user else self.state.token_delay
         self._start_stream()
         started = time.perf_counter()
         try:
-            for i, piece in enumerate(tokens):
+            for i, (key, piece) in enumerate(tokens):
                 if "[[error]]" in user and i == 3:
                     self._event(None, {"error": {"message": "The fake engine failed on purpose.",
                                                  "type": "server_error"}})
@@ -245,7 +262,8 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(delay)
                 drafted = i % 3 != 0
                 chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
-                         "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}],
+                         "choices": [{"index": 0, "delta": {key: piece} if key else {},
+                                      "finish_reason": None}],
                          "outrider": {"token_ids": [100 + i], "from_draft": [drafted],
                                       "step": {"drafted": 4, "accepted": 2,
                                                "reply_drafted": 4 * (i + 1),

@@ -27,7 +27,7 @@ def test_the_plan_notes_say_how_many_layers_keep_a_window(qtbot) -> None:
     assert "sliding window: 5 of 6 layers keep 768 tokens" in view.notes.text()
     drafting = plan_memory(info, LoadSettings(model_path=path, n_ctx=4096,
                                               draft=DraftSettings(kind="ngram")), CPU)
-    assert sliding_window_text(drafting) == ""  # full-size while drafting
+    assert sliding_window_text(drafting) == sliding_window_text(plan)  # drafting: the same
 
 
 def test_no_window_no_line(tiny_target: Path) -> None:

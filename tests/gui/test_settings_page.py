@@ -283,7 +283,8 @@ def test_fit_defaults_have_a_plain_heading_and_say_what_they_are_for(
     page = AppSettingsPage(settings_ctl, default_models_dir=tmp_path)
     qtbot.addWidget(page)
     titles = [box.title() for box in page.findChildren(QtWidgets.QGroupBox)]
-    assert titles == ["Models and the Hub", "Local server", "Appearance", "Fit verdicts"]
+    assert titles == ["Models and the Hub", "Local server", "Saved conversations", "Appearance",
+                      "Fit verdicts"]
     assert page.fit_note.text().startswith("A repository's quant table judges fit with these")
 
 

@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.engine.api import EngineMetrics, EngineStatus, LoadedModel
-from runtime.errors import ContextOverflow, ModelNotFound, NoModelLoaded, NotAGGUF
+import numpy as np
+
+from runtime.chat.families import PLAIN, Family
+from runtime.engine.api import Embeddings, EngineMetrics, EngineStatus, LoadedModel
+from runtime.errors import ContextOverflow, ModelNotFound, NoModelLoaded, NotAGGUF, SettingsError
 from runtime.events import (
     ErrorEvent,
     Event,
@@ -149,7 +152,32 @@ class FakeEngine:
                              status.kv_cells_total, status.active_sequences,
                              status.waiting_sequences)
 
-    def render_chat(self, messages: Any) -> str:
+    def template_family(self) -> Family:
+        return PLAIN
+
+    def special_tokens(self, texts: Any) -> dict[str, int]:
+        return {}
+
+    def embed(self, inputs: Any) -> Embeddings:
+        """Tokens are UTF-8 bytes (ids used as given); each vector counts byte values mod 8,
+        normalised. Over `n_ctx` tokens, empty, or an id past 255: the real engine's errors."""
+        if self.model is None:
+            raise NoModelLoaded("no model is loaded")
+        if not inputs:
+            raise SettingsError("input: give at least one text to embed")
+        vectors, counts = [], []
+        for i, item in enumerate(inputs):
+            ids = list(item.encode()) if isinstance(item, str) else list(item)
+            if not ids or any(not 0 <= t < 256 for t in ids):
+                raise SettingsError(f"input {i} is empty or has a token id outside 0..255")
+            if len(ids) > self.n_ctx:
+                raise ContextOverflow(f"input {i} has {len(ids)} tokens; at most {self.n_ctx}")
+            v = np.bincount(np.asarray(ids) % 8, minlength=8).astype(np.float32)
+            vectors.append(v / np.linalg.norm(v))
+            counts.append(len(ids))
+        return Embeddings(tuple(vectors), tuple(counts), "mean")
+
+    def render_chat(self, messages: Any, *, tools: Any = (), extra: Any = None) -> str:
         return "".join(f"<{m.role}>{m.content}\n" for m in messages) + "<assistant>"
 
     # the loop ---------------------------------------------------------------------------
@@ -198,7 +226,7 @@ class FakeEngine:
             emitted = len(seq.text) - len(piece)
             if keep > emitted:
                 handle.queue.put(TokenEvent(handle.id, seq.index, token, seq.text[emitted:keep]))
-            self._finish(seq, "stop")
+            self._finish(seq, "stop", stop_sequence=hit)
             return True
         handle.queue.put(TokenEvent(handle.id, seq.index, token, piece,
                                     from_draft=len(seq.generated) % 3 == 0))
@@ -213,12 +241,12 @@ class FakeEngine:
             return True
         return False
 
-    def _finish(self, seq: _Sequence, reason: str) -> None:
+    def _finish(self, seq: _Sequence, reason: str, stop_sequence: str | None = None) -> None:
         elapsed = max(time.monotonic() - seq.started, 1e-6)
         seq.handle.queue.put(Finished(
             seq.handle.id, seq.index, reason,  # type: ignore[arg-type]
             Usage(len(seq.prompt), len(seq.generated), seq.cached),
-            Timings(elapsed / 2, 1000.0, 100.0, elapsed)))
+            Timings(elapsed / 2, 1000.0, 100.0, elapsed), stop_sequence=stop_sequence))
 
     def _loop(self) -> None:
         while True:

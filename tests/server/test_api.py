@@ -177,7 +177,7 @@ def test_wrong_types_are_400_naming_the_field(client: TestClient, body: dict[str
     ({"stop": ""}, "stop"),
     ({"seed": 2**70}, "seed"),
     ({"frequency_penalty": 3}, "frequency_penalty"),
-    ({"logprobs": True}, "logprobs"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"tools": [{"type": "function"}]}, "tool"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "only text"),
 ])

@@ -1,0 +1,360 @@
+"""Ollama's API on the same server: `/api/version`, `/api/tags`, `/api/show`, `/api/ps`,
+`/api/chat`, `/api/generate`, `/api/embed` and the older `/api/embeddings` (over
+`EngineAPI.embed`, as `/v1/embeddings`), `/api/pull` (`runtime.server.ollama_pull`).
+
+Chat and generate are read onto the engine's request through the OpenAI chat request
+(`runtime.server.dialect`, `runtime.server.ollama_schema`), so sampling, `format` (a JSON
+object or schema, by constrained decoding), tools and thinking behave as for every other
+client. Replies stream as NDJSON by default (`"stream": false`: one object):
+
+    {"model": "m", "created_at": "…", "message": {"role": "assistant", "content": "Hel"}, "done": false}
+    {"model": "m", "created_at": "…", "message": {"role": "assistant", "thinking": "…"}, "done": false}
+    {"model": "m", "created_at": "…", "message": {"role": "assistant", "content": "",
+     "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]}, "done": false}
+    {"model": "m", "created_at": "…", "message": {"role": "assistant", "content": ""},
+     "done": true, "done_reason": "stop", "total_duration": 1234567, "load_duration": 0,
+     "prompt_eval_count": 12, "prompt_eval_duration": …, "eval_count": 8, "eval_duration": …,
+     "outrider": {"timings": …, "usage": …, "speculative": …}}
+
+Durations are nanoseconds, from the engine's timings (prompt evaluation = time to the first
+token). A chat without messages, or a generate with an empty prompt, answers at once with
+`done_reason: "load"`, as Ollama does to preload a model. Errors are `{"error": "..."}` with
+the status (`runtime.server.dialect_errors`); inside a stream, an `{"error": ...}` line.
+Outrider's own `/api/load`, `/api/unload`, `/api/status`, `/api/metrics` keep their names:
+Ollama has none of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio.to_thread
+from fastapi import APIRouter, Request
+from starlette.responses import JSONResponse, Response
+
+from runtime import __version__
+from runtime.chat.families import capabilities, detect_family
+from runtime.engine.api import LoadedModel
+from runtime.errors import (
+    HubServerError,
+    HubUnreachable,
+    ModelNotFound,
+    RemoteFileNotFound,
+    RepoNotFound,
+)
+from runtime.events import Finished, ToolCall
+from runtime.gguf.info import read_model_info
+from runtime.server.completion import finish_json, stream_error_json
+from runtime.server.dialect import (
+    Piece,
+    ReplyReader,
+    arguments_object,
+    chat_request,
+    collect,
+    completion_request,
+    prepare,
+    served_model,
+    start,
+    stream_pieces,
+)
+from runtime.server.embeddings_routes import encode_vector
+from runtime.server.error_responses import error_response, response_for_event
+from runtime.server.logprobs_json import chat_logprobs
+from runtime.server.model_names import ModelNames, NamedModel
+from runtime.server.ollama_pull import plan_pull, pull_lines
+from runtime.server.ollama_schema import (
+    RENAME,
+    OllamaChatRequest,
+    OllamaEmbeddingsRequest,
+    OllamaEmbedRequest,
+    OllamaGenerateRequest,
+    OllamaPullRequest,
+    OllamaShowRequest,
+)
+from runtime.server.sse import SSE_HEADERS, DisconnectAwareStreamingResponse
+from runtime.server.state import ServerState
+
+# The Ollama API level these routes follow (clients compare it to a minimum).
+OLLAMA_API_VERSION = "0.12.0"
+NDJSON = "application/x-ndjson"
+
+
+def ollama_router(state: ServerState) -> APIRouter:
+    # Not in /openapi.json: that document describes OpenAI's error shape (openapi_doc).
+    router = APIRouter(prefix="/api", include_in_schema=False)
+    names = ModelNames(state)
+
+    @router.get("/version")
+    def version() -> dict[str, str]:
+        return {"version": OLLAMA_API_VERSION, "outrider": __version__}
+
+    @router.get("/tags")
+    async def tags() -> dict[str, Any]:
+        listing = await anyio.to_thread.run_sync(names.listing)
+        return {"models": [_tag(m) for m in listing]}
+
+    @router.post("/show")
+    async def show(body: OllamaShowRequest) -> dict[str, Any]:
+        found = await anyio.to_thread.run_sync(names.find, body.asked)
+        return await anyio.to_thread.run_sync(_show, found)
+
+    @router.get("/ps")
+    async def ps() -> dict[str, Any]:
+        listing = await anyio.to_thread.run_sync(names.listing)
+        return {"models": [_process(m, m.loaded, state.plan) for m in listing
+                           if m.loaded is not None]}
+
+    @router.post("/chat")
+    async def chat(body: OllamaChatRequest, request: Request) -> Response:
+        model = await served_model(state, body.model)
+        if not body.messages:
+            return _loaded(body.model, chat=True, stream=body.stream)
+        openai = chat_request(body.openai_fields(model.n_ctx), RENAME)
+        return await _answer(state, request, model, openai, body.model, body.stream, chat=True)
+
+    @router.post("/generate")
+    async def generate(body: OllamaGenerateRequest, request: Request) -> Response:
+        model = await served_model(state, body.model)
+        if not body.prompt:
+            return _loaded(body.model, chat=False, stream=body.stream)
+        fields = body.openai_fields(model.n_ctx)
+        openai = (completion_request(fields, RENAME) if body.raw else chat_request(fields, RENAME))
+        return await _answer(state, request, model, openai, body.model, body.stream, chat=False)
+
+    @router.post("/embed")
+    async def embed(body: OllamaEmbedRequest) -> dict[str, Any]:
+        await served_model(state, body.model)
+        inputs = body.inputs
+        started = time.monotonic()
+        result = await anyio.to_thread.run_sync(state.engine.embed, inputs)
+        return {"model": body.model,
+                "embeddings": [encode_vector(v, "float") for v in result.vectors],
+                "total_duration": int((time.monotonic() - started) * 1e9), "load_duration": 0,
+                "prompt_eval_count": result.prompt_tokens}
+
+    @router.post("/embeddings")
+    async def embeddings(body: OllamaEmbeddingsRequest) -> dict[str, Any]:
+        await served_model(state, body.model)
+        result = await anyio.to_thread.run_sync(state.engine.embed, [body.prompt])
+        return {"embedding": encode_vector(result.vectors[0], "float")}
+
+    @router.post("/pull")
+    async def pull(body: OllamaPullRequest) -> Response:
+        try:
+            plan = await anyio.to_thread.run_sync(plan_pull, body.asked, state.models_dir)
+        except (RepoNotFound, RemoteFileNotFound) as exc:
+            raise ModelNotFound(str(exc)) from None
+        except (HubUnreachable, HubServerError) as exc:
+            return error_response(502, str(exc), code="hub_unreachable")
+        if body.stream:
+            return DisconnectAwareStreamingResponse(_ndjson(pull_lines(plan)), media_type=NDJSON,
+                                                    headers=SSE_HEADERS)
+        last: dict[str, Any] = {}
+        async for line in pull_lines(plan):
+            last = line
+        if "error" in last:
+            return error_response(500, last["error"], code="download_failed")
+        return JSONResponse(last)
+
+    return router
+
+
+# --- models ---------------------------------------------------------------------------------
+
+def _iso(timestamp: float | None = None) -> str:
+    moment = datetime.now(UTC) if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def _parameter_size(n_params: int | None) -> str:
+    """    >>> _parameter_size(134_515_008), _parameter_size(7_615_616_512)
+    ('134.52M', '7.6B')
+    """
+    if not n_params:
+        return ""
+    return f"{n_params / 1e9:.1f}B" if n_params >= 1e9 else f"{n_params / 1e6:.2f}M"
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What /api/tags, /api/show and /api/ps say of a listed model."""
+
+    size: int
+    mtime: float
+    architecture: str
+    quant: str
+    n_params: int | None
+    digest: str  # a stable id of the file as it is (path, size, time): not its sha256,
+    # which would mean reading gigabytes
+
+    @classmethod
+    def of(cls, m: NamedModel) -> _Facts:
+        lib, loaded = m.library, m.loaded
+        info = (lib.info or {}) if lib is not None else {}
+        size = lib.size if lib is not None else (loaded.size_bytes if loaded is not None else 0)
+        try:
+            mtime = lib.mtime if lib is not None else m.path.stat().st_mtime
+        except OSError:
+            mtime = 0.0
+        arch = str(info.get("architecture") or (loaded.architecture if loaded else "") or "")
+        quant = str(info.get("quant") or (loaded.quant if loaded else "") or "")
+        n_params = info.get("n_params") or (loaded.n_params if loaded else None)
+        digest = hashlib.sha256(f"{m.path}|{size}|{mtime}".encode()).hexdigest()
+        return cls(size, mtime, arch, quant, n_params, digest)
+
+    def details(self) -> dict[str, Any]:
+        arch = self.architecture
+        return {"parent_model": "", "format": "gguf", "family": arch,
+                "families": [arch] if arch else [],
+                "parameter_size": _parameter_size(self.n_params),
+                "quantization_level": self.quant}
+
+
+def _tag(m: NamedModel) -> dict[str, Any]:
+    facts = _Facts.of(m)
+    return {"name": m.name, "model": m.name, "modified_at": _iso(facts.mtime),
+            "size": facts.size, "digest": facts.digest, "details": facts.details()}
+
+
+_CAPABILITIES = {"tools": "tools", "reasoning": "thinking"}  # Outrider's → Ollama's names
+
+
+def _show(m: NamedModel) -> dict[str, Any]:
+    facts = _Facts.of(m)
+    info = read_model_info(m.path)
+    caps = (m.loaded.capabilities if m.loaded is not None
+            else capabilities(detect_family(info.chat_template)))
+    arch = info.architecture
+    model_info: dict[str, Any] = {"general.architecture": arch, "general.name": info.name,
+                                  "general.parameter_count": info.n_params,
+                                  "general.file_type": info.file_type,
+                                  f"{arch}.context_length": info.n_ctx_train,
+                                  f"{arch}.block_count": info.block_count,
+                                  f"{arch}.embedding_length": info.n_embd}
+    return {"license": "", "modelfile": f"# served by Outrider as it is\nFROM {m.path}\n",
+            "parameters": "" if m.loaded is None else f"num_ctx {m.loaded.n_ctx}",
+            "template": info.chat_template or "", "details": facts.details(),
+            "model_info": model_info, "modified_at": _iso(facts.mtime),
+            "capabilities": ["completion", *(_CAPABILITIES[c] for c in caps if c in _CAPABILITIES)]}
+
+
+def _process(m: NamedModel, loaded: LoadedModel, plan: Any) -> dict[str, Any]:
+    """The resident model with its memory: the plan's total and its GPU share (else the file's
+    size, all in RAM). It stays loaded until unloaded: no `expires_at`."""
+    facts = _Facts.of(m)
+    total, vram = loaded.size_bytes, 0
+    if isinstance(plan, dict):
+        devices = plan.get("devices")
+        total = int(plan.get("total") or total)
+        vram = sum(int(d.get("total") or 0) for d in devices if isinstance(d, dict)
+                   and d.get("kind") != "cpu") if isinstance(devices, list) else 0
+    return {"name": m.name, "model": m.name, "size": total, "size_vram": vram,
+            "digest": facts.digest, "details": facts.details(), "expires_at": None,
+            "context_length": loaded.n_ctx}
+
+
+# --- chat and generate ----------------------------------------------------------------------
+
+def _loaded(model: str, *, chat: bool, stream: bool) -> Response:
+    """Ollama's answer to a request without a prompt: the model is loaded (it is)."""
+    reply: dict[str, Any] = {"model": model, "created_at": _iso()}
+    reply.update({"message": {"role": "assistant", "content": ""}} if chat else {"response": ""})
+    reply.update(done=True, done_reason="load")
+    if stream:
+        return Response((json.dumps(reply) + "\n").encode(), media_type=NDJSON)
+    return JSONResponse(reply)
+
+
+def _stats(done: Finished | None) -> dict[str, Any]:
+    if done is None:
+        return {}
+    timings, usage = done.timings, done.usage
+
+    def ns(seconds: float) -> int:
+        return int(max(seconds, 0.0) * 1e9)
+
+    return {"total_duration": ns(timings.total_s), "load_duration": 0,
+            "prompt_eval_count": usage.prompt_tokens,
+            "prompt_eval_duration": ns(timings.ttft_s),
+            "eval_count": usage.completion_tokens,
+            "eval_duration": ns(timings.total_s - timings.ttft_s),
+            "outrider": finish_json(done)}
+
+
+def _call_json(call: ToolCall) -> dict[str, Any]:
+    return {"function": {"name": call.name, "arguments": arguments_object(call.arguments)}}
+
+
+class OllamaWriter:
+    """Ollama's JSON of a reply's pieces: a chunk per batch, the last object, the whole."""
+
+    def __init__(self, model: str, *, chat: bool, logprobs: bool = False) -> None:
+        self.model = model
+        self.chat = chat
+        self.logprobs = logprobs
+        self._sent = 0  # tokens whose logprobs went out
+
+    def object(self, pieces: list[Piece], done: bool, reader: ReplyReader) -> dict[str, Any]:
+        content = "".join(p.text for p in pieces if p.kind == "content")
+        thinking = "".join(p.text for p in pieces if p.kind == "reasoning")
+        calls = [_call_json(p.call) for p in pieces if p.call is not None]
+        out: dict[str, Any] = {"model": self.model, "created_at": _iso()}
+        if self.chat:
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if thinking:
+                message["thinking"] = thinking
+            if calls:
+                message["tool_calls"] = calls
+            out["message"] = message
+        else:
+            out["response"] = content
+            if thinking:
+                out["thinking"] = thinking
+        if self.logprobs:  # the tokens since the last object (OpenAI's chat entries)
+            out["logprobs"] = chat_logprobs(reader.tokens[self._sent:])["content"]
+            self._sent = len(reader.tokens)
+        out["done"] = done
+        if done:
+            out["done_reason"] = "length" if reader.reason == "length" else "stop"
+            out.update(_stats(reader.finished))
+        return out
+
+
+async def _answer(state: ServerState, request: Request, model: LoadedModel, openai: Any,
+                  asked: str, stream: bool, *, chat: bool) -> Response:
+    generation, reply = await prepare(state, model, openai, RENAME)
+    run = await start(state, generation, request)
+    if isinstance(run, Response):
+        return run
+    reader = ReplyReader(reply)
+    writer = OllamaWriter(asked, chat=chat, logprobs=generation.logprobs is not None)
+    if stream:
+        return DisconnectAwareStreamingResponse(_ndjson(_chunks(run, reader, writer)),
+                                                media_type=NDJSON, headers=SSE_HEADERS,
+                                                on_close=run.bridge.close)
+    pieces = await collect(run, reader)
+    if reader.error is not None:
+        return response_for_event(reader.error.kind, reader.error.message)
+    return JSONResponse(writer.object(pieces, True, reader))
+
+
+async def _chunks(run: Any, reader: ReplyReader, writer: OllamaWriter
+                  ) -> AsyncIterator[dict[str, Any]]:
+    async for pieces in stream_pieces(run, reader):
+        if pieces:
+            yield writer.object(pieces, False, reader)
+    if reader.error is not None:
+        yield {"error": stream_error_json(reader.error)["error"]["message"]}
+    elif reader.finished is not None:
+        yield writer.object([], True, reader)
+
+
+async def _ndjson(lines: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    async for line in lines:
+        yield (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
