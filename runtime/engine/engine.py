@@ -348,7 +348,13 @@ class Engine:
         finally:
             loaded.release()
         self._inbox.put(_Command("embed", (loaded, job)))
-        return job.future.result()
+        while True:
+            try:
+                return job.future.result(timeout=1.0)
+            except concurrent.futures.TimeoutError:
+                thread = self._thread
+                if thread is None or not thread.is_alive():  # stopped before it got to it
+                    raise NoModelLoaded("the engine stopped") from None
 
     def _embed_now(self, loaded: _Loaded, job: EmbeddingJob) -> None:
         if loaded is not self._loaded:

@@ -60,7 +60,7 @@ def smol(default_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
 @pytest.fixture
 def client(smol: Served) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=f"{smol.url}/v1", api_key=API_KEY, max_retries=0,
-                       timeout=300) as api:
+                       timeout=900) as api:
         yield api
 
 

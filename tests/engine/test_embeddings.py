@@ -175,8 +175,17 @@ def test_an_embedding_request_beside_a_stream(engine: Engine, tiny_target: Path,
 
     log: list[str] = []
     step, embed_step = Scheduler.step, Embedder.step
-    monkeypatch.setattr(Scheduler, "step", lambda self: (log.append("gen"), step(self))[1])
-    monkeypatch.setattr(Embedder, "step", lambda self: (log.append("embed"), embed_step(self))[1])
+
+    def logged_step(self: Scheduler) -> object:
+        log.append("gen")
+        return step(self)
+
+    def logged_embed_step(self: Embedder) -> int:
+        log.append("embed")
+        return embed_step(self)
+
+    monkeypatch.setattr(Scheduler, "step", logged_step)
+    monkeypatch.setattr(Embedder, "step", logged_embed_step)
     texts = [f"story number {i} " * 4 for i in range(60)]  # ~50 tokens each: 6 decodes
     results: list[object] = []
     embedder = threading.Thread(target=lambda: results.append(engine.embed(texts)))
