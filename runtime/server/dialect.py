@@ -39,9 +39,8 @@ from runtime.chat.reply import ReplyParser
 from runtime.engine.api import LoadedModel
 from runtime.events import ErrorEvent, Event, Finished, GenerationRequest, TokenEvent, ToolCall
 from runtime.server.chat_reply import ReplyOptions, finish_reason
-from runtime.server.error_responses import response_for_event
 from runtime.server.model_names import ModelNames
-from runtime.server.openai_routes import _next_or_disconnect, _read
+from runtime.server.openai_routes import next_or_disconnect, read_request, submit
 from runtime.server.openai_schema import ChatCompletionRequest, CompletionRequest
 from runtime.server.sse import EventBridge
 from runtime.server.state import ServerState
@@ -112,7 +111,7 @@ async def prepare(state: ServerState, model: LoadedModel,
     the event loop: a big schema or tool grammar takes a while to check)."""
     try:
         result: tuple[GenerationRequest, ReplyOptions | None] = await anyio.to_thread.run_sync(
-            partial(_read, state, body, model))
+            partial(read_request, state, body, model))
     except RequestValidationError as exc:
         raise renamed(exc, rename) from None
     return result
@@ -131,17 +130,10 @@ async def start(state: ServerState, generation: GenerationRequest,
                 request: Request) -> Run | Response:
     """Submit and wait for the first batch: an error there is the response (a status, as no
     byte has been sent yet), else the `Run`."""
-    handle = await anyio.to_thread.run_sync(state.engine.submit, generation)
-    bridge = EventBridge(handle, generation.n, state.limits.poll_interval_s)
-    bridge.start()
-    try:
-        first = await _next_or_disconnect(bridge, request)
-    except BaseException:
-        bridge.close()
-        raise
-    if first and isinstance(first[0], ErrorEvent):
-        bridge.close()
-        return response_for_event(first[0].kind, first[0].message)
+    started = await submit(state, generation, request)
+    if isinstance(started, Response):
+        return started
+    bridge, first = started
     return Run(bridge, first, request)
 
 
@@ -252,7 +244,7 @@ async def collect(run: Run, reader: ReplyReader) -> list[Piece]:
     try:
         pieces = reader.feed(run.first)
         while not reader.done and not run.bridge.done:
-            pieces += reader.feed(await _next_or_disconnect(run.bridge, run.request))
+            pieces += reader.feed(await next_or_disconnect(run.bridge, run.request))
     finally:
         run.bridge.close()
     return fold(pieces)

@@ -78,18 +78,11 @@ async def _generate(state: ServerState, body: ChatCompletionRequest | Completion
     if wrong_model is not None:
         return wrong_model
     # Off the event loop: checking a big schema or tool grammar takes a while.
-    generation, reply = await anyio.to_thread.run_sync(partial(_read, state, body, model))
-    handle = await anyio.to_thread.run_sync(state.engine.submit, generation)
-    bridge = EventBridge(handle, generation.n, state.limits.poll_interval_s)
-    bridge.start()
-    try:
-        first = await _next_or_disconnect(bridge, request)
-    except BaseException:
-        bridge.close()
-        raise
-    if first and isinstance(first[0], ErrorEvent):
-        bridge.close()
-        return response_for_event(first[0].kind, first[0].message)
+    generation, reply = await anyio.to_thread.run_sync(partial(read_request, state, body, model))
+    started = await submit(state, generation, request)
+    if isinstance(started, Response):
+        return started
+    bridge, first = started
     if body.stream:
         writer = ChunkWriter(chat=chat, model=model.name, n=generation.n,
                              include_usage=body.include_usage, reply=reply,
@@ -103,7 +96,26 @@ async def _generate(state: ServerState, body: ChatCompletionRequest | Completion
         bridge.close()
 
 
-def _read(state: ServerState, body: ChatCompletionRequest | CompletionRequest,
+async def submit(state: ServerState, generation: GenerationRequest,
+                 request: Request) -> tuple[EventBridge, list[Event]] | Response:
+    """Submit and wait for the first batch of events: an error there is the response (a
+    status, as no byte has been sent yet), else the running bridge and that batch. Every
+    dialect starts its generations here."""
+    handle = await anyio.to_thread.run_sync(state.engine.submit, generation)
+    bridge = EventBridge(handle, generation.n, state.limits.poll_interval_s)
+    bridge.start()
+    try:
+        first = await next_or_disconnect(bridge, request)
+    except BaseException:
+        bridge.close()
+        raise
+    if first and isinstance(first[0], ErrorEvent):
+        bridge.close()
+        return response_for_event(first[0].kind, first[0].message)
+    return bridge, first
+
+
+def read_request(state: ServerState, body: ChatCompletionRequest | CompletionRequest,
           model: LoadedModel) -> tuple[GenerationRequest, ReplyOptions | None]:
     """The engine's request, and how its chat replies are read (None: all content)."""
     if isinstance(body, CompletionRequest):
@@ -127,7 +139,7 @@ def _read(state: ServerState, body: ChatCompletionRequest | CompletionRequest,
                                     plan.tools)
 
 
-async def _next_or_disconnect(bridge: EventBridge, request: Request) -> list[Event]:
+async def next_or_disconnect(bridge: EventBridge, request: Request) -> list[Event]:
     """The next batch; if the client leaves meanwhile, the request is cancelled."""
     batch: list[Event] = []
     async with anyio.create_task_group() as group:
@@ -146,7 +158,7 @@ async def _collect(bridge: EventBridge, request: Request, first: list[Event],
                    collector: ResponseCollector) -> Response:
     collector.add(first)
     while not bridge.done:
-        collector.add(await _next_or_disconnect(bridge, request))
+        collector.add(await next_or_disconnect(bridge, request))
     if collector.error is not None:
         return response_for_event(collector.error.kind, collector.error.message)
     return JSONResponse(collector.response())
