@@ -32,10 +32,13 @@ lint: $(STAMP)
 # deferred delete, a thread's last queued signal) from ever landing in another file's test.
 # A run that hangs is stopped with SIGABRT, on which pytest's faulthandler prints every
 # thread's stack, so a hang fails in minutes and says where (pytest-timeout's SIGALRM can miss
-# a main thread blocked in C). The suite takes ~5 min on 2 cores, a GUI file under 30 s.
+# a main thread blocked in C). The suite takes ~5 min on 2 cores, a GUI file under 30 s. The
+# engine tests then run again on the pure-Python decode step (runtime.engine.native_step).
 LIMIT = $(if $(shell command -v timeout),timeout -s ABRT $(1))
 pytest: $(STAMP) model
 	QT_QPA_PLATFORM=offscreen $(call LIMIT,1800) $(PY) -m pytest --ignore=tests/gui $(PYTEST_ARGS)
+	@echo "== tests/engine on the Python step (OUTRIDER_NATIVE_STEP=0: the native step's reference)"
+	OUTRIDER_NATIVE_STEP=0 $(call LIMIT,1200) $(PY) -m pytest -q -p no:cacheprovider tests/engine $(PYTEST_ARGS)
 	@for f in tests/gui/test_*.py; do \
 	  echo "== $$f"; \
 	  QT_QPA_PLATFORM=offscreen $(call LIMIT,300) $(PY) -m pytest -q -p no:cacheprovider $$f $(PYTEST_ARGS) \

@@ -29,7 +29,7 @@ setup(
     ext_modules=[
         Extension(
             "runtime._native",
-            sources=["native/outrider_native.c"],
+            sources=["native/outrider_native.c", "native/stepper.c"],
             depends=sorted(glob("native/*.h")),
             extra_compile_args=["-O3", "-std=c11"],
         )

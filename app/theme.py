@@ -126,6 +126,9 @@ def style_sheet(p: Palette) -> str:
     #composer {{ background: {p.surface}; border: 1px solid {p.border}; border-radius: 10px;
                  padding: 6px; }}
     #composerBar {{ background: {p.window}; }}
+    #attachmentChip {{ background: {p.window}; border: 1px solid {p.border}; border-radius: 6px; }}
+    #bubble #attachmentChip {{ background: {p.surface}; }}
+    #passagesButton {{ padding: 0; font-size: 9pt; }}
     #editBanner {{ color: {p.accent}; }}
     QPushButton {{ padding: 5px 12px; border-radius: 6px; border: 1px solid {p.border};
                    background: {p.surface}; }}

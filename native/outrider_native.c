@@ -10,6 +10,7 @@
  *   verify(drafts_i32, p, q_or_None, u_f64_or_None, mode) -> (accepted, tokens tuple)
  *   ngram_lookup(tokens_i32, ngram_min, ngram_max, k) -> list of draft ids
  *   version() -> ABI version
+ *   Stepper: the per-step decode path over one llama context (stepper.c, step.h)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,6 +20,8 @@
 #include "verify.h"
 
 #define OR_ABI_VERSION 2
+
+int or_stepper_register(PyObject *module); /* stepper.c */
 
 /* Raised for broken logits (NaN, nothing finite); runtime/native.py turns it into the same
  * SettingsError the numpy path raises. Created once at import, never changed. */
@@ -296,6 +299,10 @@ PyMODINIT_FUNC PyInit__native(void) {
         PyExc_ValueError, NULL);
     if (!LogitsError || PyModule_AddObjectRef(m, "LogitsError", LogitsError) < 0) {
         Py_XDECREF(LogitsError);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (or_stepper_register(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

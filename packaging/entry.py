@@ -9,6 +9,8 @@ executable with a flag that says what to be:
                                            app/engine/process.py starts the engine this way
     Outrider --quantize-worker             the quantize worker (runtime/quality/quantize.py)
     Outrider --load-probe                  a new model's first load (runtime/engine/probe.py)
+    Outrider --multiprocessing-fork …      an engine process of the server (runtime/engine/
+                                           isolated.py), via multiprocessing.freeze_support()
 
 So `Outrider --engine info model.gguf` or `Outrider --engine serve model.gguf` work from a
 terminal too: the bundle carries the whole command line.
@@ -25,6 +27,12 @@ LOAD_PROBE_FLAG = "--load-probe"
 
 
 def main(argv: Sequence[str]) -> int:
+    # The server's engine processes (runtime.engine.isolated) are multiprocessing "spawn"
+    # children: in the bundle they re-execute this executable, and freeze_support() turns
+    # such a start into the child's own loop before anything else runs.
+    import multiprocessing
+
+    multiprocessing.freeze_support()
     args = list(argv)
     if args[:1] == [ENGINE_FLAG]:
         from runtime.cli.main import main as cli_main

@@ -3,4 +3,8 @@
 Never imports Qt or `app` (an import-linter contract checks it).
 """
 
+from runtime.openmp import spin_default
+
 __version__ = "0.1.0"
+
+spin_default()  # before anything here loads llama.cpp: libgomp reads it once, as it loads

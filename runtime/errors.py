@@ -77,6 +77,11 @@ class NoModelLoaded(OutriderError):
     """A request needs a model and none is loaded."""
 
 
+class ModelTooLarge(LoadError):
+    """A model cannot be loaded beside the resident ones, not even alone: the message carries
+    the plan ("needs 9.4 GiB, 6.1 GiB free"). The server answers 400."""
+
+
 class DefaultModelError(OutriderError):
     """The default model could not be fetched or failed its checksum."""
 
@@ -209,8 +214,28 @@ class EmbeddingsUnsupported(OutriderError):
     encoder-decoder architecture (T5). The server answers 400."""
 
 
+class ImageError(OutriderError):
+    """An image a request or a chat attaches cannot be used: not an image, truncated, too
+    large, animated, or the model has no projector to read it. The server answers 400."""
+
+
+class DocumentError(OutriderError):
+    """A document attached to a chat cannot be read as text: an encrypted or truncated PDF,
+    one with no text layer, a file that is not UTF-8 text. The server answers 400."""
+
+
+class GenerationUnsupported(OutriderError):
+    """The model a request names cannot write text: an encoder-only model (a BERT embedder,
+    a reranker). The server answers 400; an embedder still answers embeddings requests."""
+
+
 class EngineError(OutriderError):
     """llama.cpp failed while evaluating a batch (not the request's fault)."""
+
+
+class EngineCrashed(EngineError):
+    """A model's engine process died (killed, out of memory, a llama.cpp abort): its in-flight
+    requests end with this, and the next request for the model loads it again. 503."""
 
 
 class InvalidLogits(EngineError):

@@ -112,6 +112,9 @@ class ChatMessage:
     tool_call_id: str | None = None
     name: str | None = None
     reasoning: str | None = None
+    # Images in this message, in order, as their encoded bytes (PNG, JPEG, WebP ...), already
+    # checked by `runtime.media.images.check_image`; only a model with a projector takes them.
+    images: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)

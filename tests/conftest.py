@@ -16,6 +16,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from runtime.paths import user_dirs
 from tests import network_guard
 from tests.fixtures.tiny_gguf import ALIEN_DRAFT, DRAFT, TARGET, TinySpec, write_tiny_gguf
+from tests.fixtures.tiny_vision_gguf import PROJECTOR, TinyProjectorSpec, write_tiny_mmproj
 
 _REAL_DIRS = user_dirs()  # taken before any test redirects OUTRIDER_HOME
 network_guard.install()  # loopback only, for every test (see tests/network_guard.py)
@@ -28,6 +29,17 @@ def tiny_model_path(spec: TinySpec) -> Path:
     path = _REAL_DIRS.cache / "test-models" / f"{spec.name}-{key}.gguf"
     if not path.is_file():
         write_tiny_gguf(path, spec)
+    return path
+
+
+def tiny_mmproj_path(spec: TinyProjectorSpec = PROJECTOR) -> Path:
+    """The cached projector file for `spec` (tests/fixtures/tiny_vision_gguf.py), written on
+    first use; it pairs with TARGET."""
+    source = Path(__file__).parent / "fixtures" / "tiny_vision_gguf.py"
+    key = hashlib.sha256((repr(spec) + source.read_text()).encode()).hexdigest()[:12]
+    path = _REAL_DIRS.cache / "test-models" / f"{spec.name}-{key}.gguf"
+    if not path.is_file():
+        write_tiny_mmproj(path, spec)
     return path
 
 
@@ -54,6 +66,12 @@ def tiny_draft() -> Path:
 @pytest.fixture(scope="session")
 def alien_draft() -> Path:
     return tiny_model_path(ALIEN_DRAFT)
+
+
+@pytest.fixture(scope="session")
+def tiny_mmproj() -> Path:
+    """A tiny Gemma-3 vision projector for `tiny_target` (64 tokens per image)."""
+    return tiny_mmproj_path(PROJECTOR)
 
 
 @pytest.fixture(scope="session")

@@ -14,16 +14,25 @@ carries earlier replies' answers only. The footer counts thinking and answer tok
 from the token ids each streamed chunk carries (`Generation.count`). A chat's structured
 output schema (`app.chat.schema`) is sent as `response_format`; while it is invalid, Send
 is blocked and says why, so no reply comes out unconstrained by mistake.
+
+Attachments (`app.chat.attachments`): a user message's images are stored content-addressed
+beside the chat store and sent as OpenAI `image_url` content parts (data: URLs); a model
+without the "vision" capability refuses them before anything is sent. Its documents go in
+whole when they fit the context left (`context_budget`: a document by the served model's
+tokenizer count, `count_tokens`, once the composer has it; each image by the model's
+`image_tokens`), else as the passages a `PassageFinder` picks with the served model's
+embeddings, just before the request.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from app.chat import schema
+from app.chat.attachments import NOT_VISION, Attachment, Pending, PendingImage
 from app.chat.conversation import (
     DEFAULT_SAMPLING,
     Conversation,
@@ -32,8 +41,11 @@ from app.chat.conversation import (
     title_for,
 )
 from app.chat.generation import Generation
+from app.chat.message_content import api_content, keep_attachments, tokens_used
+from app.chat.retrieval import PassageFinder
 from app.chat.store import ChatStore
 from app.engine.client import EngineClient, EngineState
+from app.engine.json_call import JsonCall
 from app.engine.wire import ReplyDelta, ReplyError, ReplyFinished
 from app.qt import QtCore, Signal
 from runtime.events import SamplingParams, SpecSummary
@@ -43,6 +55,8 @@ SAVE_INTERVAL_MS = 500
 SamplingDefaults = Callable[[str], "SamplingParams | None"]
 INTERRUPTED = "Outrider closed while this reply was being written."
 NO_MODEL = "No model is loaded: pick one above."
+DEFAULT_CONTEXT = 4096  # tokens, when the engine has not said (no model loaded yet)
+CONTEXT_MARGIN = 64  # tokens kept free for the chat template's own markers
 
 
 class ChatController(QtCore.QObject):
@@ -118,6 +132,43 @@ class ChatController(QtCore.QObject):
         if self.conversation is None:
             return []
         return self.tree.path(self.conversation.current_leaf)
+
+    def attachment_problem(self, pending: list[Pending]) -> str:
+        """Why these attachments cannot be sent to the loaded model ("" when they can):
+        images to a model without a projector. With no model known yet, the engine decides."""
+        model = self._client.model
+        if model is not None and "vision" not in model.capabilities and \
+                any(isinstance(p, PendingImage) for p in pending):
+            return NOT_VISION.format(model=model.name)
+        return ""
+
+    def context_budget(self, text: str = "",
+                       attachments: Sequence[Pending | Attachment] = ()) -> int:
+        """Tokens left for documents in the next message: the context, less the reply's
+        `max_tokens`, the system prompt, the conversation so far (its images included),
+        `text` and the images among `attachments` (those going with the next message). Texts
+        are estimated; documents count their tokenizer count when they have one; an image
+        counts the served model's `image_tokens`."""
+        conv = self.conversation
+        model = self._client.model
+        n_ctx = (model.n_ctx if model else 0) or DEFAULT_CONTEXT
+        reply = (conv.sampling if conv else DEFAULT_SAMPLING).max_tokens
+        per_image = (model.image_tokens if model else None) or 0
+        images = sum(isinstance(a, PendingImage) or (isinstance(a, Attachment) and a.kind == "image")
+                     for a in attachments)
+        used = tokens_used(self.path(), conv.system_prompt if conv else "", text, per_image)
+        return n_ctx - reply - used - images * per_image - CONTEXT_MARGIN
+
+    def count_tokens(self, text: str) -> JsonCall:
+        """How many tokens `text` is for the served model (done: `TokenCount`; failed when
+        no model is ready or the engine cannot say)."""
+        return self._client.tokenize(text)
+
+    def tokenizer(self) -> str:
+        """The model that `count_tokens` counts with now ("" when none is ready)."""
+        model = self._client.model
+        return model.name if model is not None and self._client.state == EngineState.READY \
+            else ""
 
     # -- conversations -----------------------------------------------------------------
 
@@ -226,29 +277,43 @@ class ChatController(QtCore.QObject):
 
     # -- actions -----------------------------------------------------------------------
 
-    def send(self, text: str) -> Message | None:
-        """Add the user's message at the end of the current path and start a reply."""
+    def send(self, text: str, pending: list[Pending] | tuple[()] = ()) -> Message | None:
+        """Add the user's message (and its attachments) at the end of the current path and
+        start a reply. None when nothing was sent (see `attachment_problem`)."""
         text = text.strip()
-        if not text or self.busy or self._refused():
+        pending = list(pending)
+        if (not text and not pending) or self.busy or self._refused() or \
+                self.attachment_problem(pending):
             return None
         conv = self.conversation or self.new_conversation()
         path = self.path()
         parent = path[-1].id if path else None
-        user = self.store.add_message(conv.id, parent, "user", text)
+        attachments = keep_attachments(self.store, pending, self.context_budget(text, pending))
+        user = self.store.add_message(conv.id, parent, "user", text, attachments=attachments)
         self.tree.add(user)
         if not any(m.role == "user" for m in path):
-            conv.title = title_for(text)
+            conv.title = title_for(text or attachments[0].name)
         self._start_reply(user)
         return user
 
-    def edit_and_resend(self, user_message_id: int, text: str) -> Message | None:
-        """A new version of a user message (a sibling branch) and a reply to it."""
+    def edit_and_resend(self, user_message_id: int, text: str,
+                        pending: list[Pending] | tuple[()] = ()) -> Message | None:
+        """A new version of a user message (a sibling branch) and a reply to it; it keeps
+        the old version's attachments (its documents' passages are picked again) and adds
+        `pending`."""
         text = text.strip()
-        if not text or self.conversation is None or self._refused():
+        pending = list(pending)
+        if self.conversation is None or self._refused() or self.attachment_problem(pending):
+            return None
+        old = self.tree.get(user_message_id)
+        if not text and not pending and not old.attachments:
             return None
         self.stop()
-        old = self.tree.get(user_message_id)
-        user = self.store.add_message(self.conversation.id, old.parent_id, "user", text)
+        kept = [replace(a, passages=()) for a in old.attachments]
+        attachments = kept + keep_attachments(self.store, pending,
+                                              self.context_budget(text, [*kept, *pending]))
+        user = self.store.add_message(self.conversation.id, old.parent_id, "user", text,
+                                      attachments=attachments)
         self.tree.add(user)
         # The first message's new version renames a chat titled after it (not one the user
         # renamed).
@@ -290,6 +355,7 @@ class ChatController(QtCore.QObject):
         if gen.stream is not None:
             gen.stream.cancel()  # → finished(cancelled) → _finish
         else:
+            self._drop_finder(gen)
             self._finish(gen, "stopped", None)
 
     # -- generation --------------------------------------------------------------------
@@ -314,7 +380,7 @@ class ChatController(QtCore.QObject):
     def _dispatch(self) -> None:
         """Send the waiting request, or get the engine ready for it."""
         gen = self._generation
-        if gen is None or gen.stream is not None:
+        if gen is None or gen.stream is not None or gen.finder is not None:
             return
         state = self._client.state
         if state == EngineState.READY:
@@ -329,6 +395,8 @@ class ChatController(QtCore.QObject):
         # STARTING / LOADING: _on_engine_state calls back when it changes.
 
     def _request(self, gen: Generation) -> None:
+        if self._find_passages(gen):
+            return
         gen.message.status = "streaming"
         gen.sent_at = time.perf_counter()
         stream = self._client.chat(self._request_body(gen.message))
@@ -339,13 +407,63 @@ class ChatController(QtCore.QObject):
         gen.stream = stream
         self.message_changed.emit(gen.message.id)
 
+    def _find_passages(self, gen: Generation) -> bool:
+        """Start picking passages for the reply's question when a document of it needs
+        them; True while they are being picked (`_request` is called again when done)."""
+        user = self.tree.get(gen.message.parent_id) if gen.message.parent_id else None
+        wanted = [a for a in user.attachments if a.mode == "passages" and not a.passages] \
+            if user is not None else []
+        if not wanted or user is None or gen.passages_picked:
+            return False  # picked once per reply, even when a document gave none
+        if gen.finder is not None:
+            return True
+        # What is left once the path (the question included; passages not yet picked count
+        # nothing) and the reply have their share.
+        finder = PassageFinder(self.store, self._client, wanted, user.content,
+                               self.context_budget(), self)
+        finder.progress.connect(lambda text: self._on_finder_progress(gen, text))
+        finder.done.connect(lambda found: self._on_passages(gen, user, found))
+        finder.failed.connect(lambda why: self._on_finder_failed(gen, why))
+        gen.finder = finder
+        finder.start()
+        return True
+
+    def _on_finder_progress(self, gen: Generation, text: str) -> None:
+        if gen is self._generation:
+            gen.message.stats["note"] = text
+            self.message_changed.emit(gen.message.id)
+
+    def _on_passages(self, gen: Generation, user: Message, found: list[Attachment]) -> None:
+        by_sha = {a.sha256: a for a in found}
+        user.attachments = [by_sha.get(a.sha256, a) if a.mode == "passages" else a
+                            for a in user.attachments]
+        self.store.save_message(user)
+        self._drop_finder(gen)
+        gen.passages_picked = True
+        gen.message.stats.pop("note", None)
+        if gen is self._generation:
+            self.message_changed.emit(user.id)
+            self.message_changed.emit(gen.message.id)
+            self._dispatch()
+
+    def _on_finder_failed(self, gen: Generation, why: str) -> None:
+        self._drop_finder(gen)
+        if gen is self._generation:
+            self._fail(gen, ReplyError("PassagesFailed", why))
+
+    def _drop_finder(self, gen: Generation) -> None:
+        finder, gen.finder = gen.finder, None
+        if finder is not None:
+            finder.cancel()
+            finder.deleteLater()
+
     def _request_body(self, reply: Message) -> dict[str, Any]:
         conv = self.conversation
-        history = [m for m in self.tree.path(reply.id)[:-1] if m.content]
+        history = [m for m in self.tree.path(reply.id)[:-1] if m.content or m.attachments]
         # Earlier replies go back as their answers only, never with their thinking: the
         # templates of reasoning models drop past thinking themselves (Qwen3, DeepSeek-R1),
         # and sending it would only cost context. A reply that is all thinking is left out.
-        messages = [{"role": m.role, "content": m.content} for m in history]
+        messages = [{"role": m.role, "content": api_content(self.store, m)} for m in history]
         system_prompt = conv.system_prompt if conv else ""
         if system_prompt.strip():
             messages.insert(0, {"role": "system", "content": system_prompt})
@@ -459,7 +577,7 @@ class ChatController(QtCore.QObject):
     def _on_engine_state(self, state: EngineState) -> None:
         self.send_blocked.emit(self.send_blocked_reason())
         gen = self._generation
-        if gen is None or gen.stream is not None:
+        if gen is None or gen.stream is not None or gen.finder is not None:
             return
         if state == EngineState.READY:
             self._request(gen)
@@ -472,6 +590,7 @@ class ChatController(QtCore.QObject):
     def _on_engine_problem(self, error: ReplyError) -> None:
         gen = self._generation
         if gen is not None and gen.stream is None:
+            self._drop_finder(gen)
             self._fail(gen, error)
 
 

@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from app.chat.attachments import Attachment
 from runtime.errors import SettingsError
 from runtime.events import SamplingParams
 
@@ -57,7 +58,8 @@ class Message:
     """One message. `draft_spans` are [start, end) character ranges of reply text that came
     from accepted draft tokens; `stats` is the reply footer (tokens, tok/s, TTFT …);
     `reasoning` is the model's thinking before its answer (the server's `reasoning_content`),
-    shown as a collapsed block above the answer and never sent back to the model."""
+    shown as a collapsed block above the answer and never sent back to the model;
+    `attachments` are a user message's images and documents (`app.chat.attachments`)."""
 
     id: int
     conversation_id: int
@@ -70,6 +72,7 @@ class Message:
     stats: dict[str, Any] = field(default_factory=dict)
     draft_spans: list[list[int]] = field(default_factory=list)
     reasoning: str = ""
+    attachments: list[Attachment] = field(default_factory=list)
 
     def add_text(self, text: str, drafted: bool) -> None:
         """Append streamed text, extending the draft spans when it came from the draft.

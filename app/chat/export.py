@@ -1,6 +1,11 @@
 """Export a conversation: Markdown (the visible path, for reading) or JSON (every branch,
 for tools). Pure functions over the plain conversation objects.
 
+Images go with the export: `export_conversation` copies each into a `<name>_files/` folder
+beside the exported file (by the sha256 name it has in the chat store), and both formats
+refer to them there (`![photo.png](Chat_files/3f2a….png)`, `"file"` in JSON). Documents are
+named with their size; a reply given passages of a long one says which.
+
     >>> conv = Conversation(1, "Hi", 0.0, 0.0, system_prompt="Be brief.")
     >>> tree = MessageTree([Message(1, 1, None, "user", "Hello", 0.0),
     ...                     Message(2, 1, 1, "assistant", "Hi!", 0.0)])
@@ -22,23 +27,33 @@ for tools). Pure functions over the plain conversation objects.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
+from app.chat.attachments import Attachment, used_passages
 from app.chat.conversation import Conversation, Message, MessageTree
+from app.chat.media_files import MediaFiles, file_name
 from runtime.atomic_file import write_text
 from runtime.units import fmt_latency, fmt_rate
 
 FORMAT_VERSION = 1
 
 
-def to_markdown(conv: Conversation, path: list[Message]) -> str:
+def to_markdown(conv: Conversation, path: list[Message], files: str = "") -> str:
+    """`files`: the folder (relative to the export) holding the images; "" names them only."""
     lines = [f"# {conv.title}", ""]
     if conv.system_prompt.strip():
         quoted = "\n> ".join(conv.system_prompt.strip().splitlines())
         lines += [f"> **System:** {quoted}", ""]
+    question: list[Attachment] = []
     for message in path:
         lines += ["## You" if message.role == "user" else "## Assistant", ""]
+        if message.role == "user":
+            question = message.attachments
+            lines += _attachment_lines(message.attachments, files)
+        elif used_passages(question):
+            lines += [f"*{used_passages(question)}*", ""]
         if message.reasoning.strip():  # folded, as in the app (GitHub and most viewers fold it)
             lines += ["<details>", f"<summary>{thought_for(message.stats)}</summary>", "",
                       message.reasoning.strip(), "", "</details>", ""]
@@ -51,8 +66,30 @@ def to_markdown(conv: Conversation, path: list[Message]) -> str:
     return "\n".join(lines)
 
 
-def to_json(conv: Conversation, tree: MessageTree) -> dict[str, Any]:
-    """Every message (all branches) with its parent, plus the path shown when exported."""
+def _attachment_lines(attachments: list[Attachment], files: str) -> list[str]:
+    lines: list[str] = []
+    for a in attachments:
+        if a.kind == "image":
+            lines.append(f"![{a.name}]({_file(a, files)})" if files else f"*[image: {a.name}]*")
+        else:
+            lines.append(f"*Attached: {a.describe()}*")
+    return [*lines, ""] if lines else []
+
+
+def _file(attachment: Attachment, files: str) -> str:
+    return f"{files}/{file_name(attachment.sha256, attachment.mime)}"
+
+
+def _attachment_json(attachment: Attachment, files: str) -> dict[str, Any]:
+    data = attachment.to_dict()
+    if attachment.kind == "image" and files:
+        data["file"] = _file(attachment, files)
+    return data
+
+
+def to_json(conv: Conversation, tree: MessageTree, files: str = "") -> dict[str, Any]:
+    """Every message (all branches) with its parent, plus the path shown when exported;
+    `files` as in `to_markdown`."""
     return {
         "format": "outrider-chat", "version": FORMAT_VERSION,
         "title": conv.title, "created": conv.created, "updated": conv.updated,
@@ -62,7 +99,8 @@ def to_json(conv: Conversation, tree: MessageTree) -> dict[str, Any]:
         "messages": [
             {"id": m.id, "parent_id": m.parent_id, "role": m.role, "content": m.content,
              "reasoning": m.reasoning, "created": m.created, "status": m.status,
-             "error": m.error, "stats": m.stats, "draft_spans": m.draft_spans}
+             "error": m.error, "stats": m.stats, "draft_spans": m.draft_spans,
+             "attachments": [_attachment_json(a, files) for a in m.attachments]}
             for m in tree.all()
         ],
     }
@@ -115,11 +153,25 @@ def footer_text(stats: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def export_conversation(conv: Conversation, tree: MessageTree, path: Path) -> None:
-    """Write `path` as JSON when it ends in .json, else as Markdown."""
-    if path.suffix.lower() == ".json":
-        text = json.dumps(to_json(conv, tree), indent=2, ensure_ascii=False) + "\n"
+def export_conversation(conv: Conversation, tree: MessageTree, path: Path,
+                        media: MediaFiles | None = None) -> None:
+    """Write `path` as JSON when it ends in .json, else as Markdown; with `media`, the
+    images of the exported messages are copied into `<stem>_files/` beside it."""
+    as_json = path.suffix.lower() == ".json"
+    messages = tree.all() if as_json else tree.path(conv.current_leaf)
+    images = {(a.sha256, a.mime) for m in messages for a in m.attachments if a.kind == "image"}
+    files = ""
+    if media is not None and images:
+        files = f"{path.stem}_files"
+        folder = path.with_name(files)
+        folder.mkdir(exist_ok=True)
+        for sha, mime in sorted(images):
+            source = media.path(sha, mime)
+            if source.is_file():
+                shutil.copyfile(source, folder / source.name)
+    if as_json:
+        text = json.dumps(to_json(conv, tree, files), indent=2, ensure_ascii=False) + "\n"
     else:
-        text = to_markdown(conv, tree.path(conv.current_leaf))
+        text = to_markdown(conv, tree.path(conv.current_leaf), files)
     # A failed export leaves no half file, and the export gets the user's normal file mode.
     write_text(path, text, prefix=".export-")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.chat.conversation import Message
+from app.chat.retrieval import PassageFinder
 from app.engine.client import ReplyStream
 from app.engine.wire import ReplyDelta
 
@@ -21,6 +22,8 @@ class Generation:
 
     message: Message
     stream: ReplyStream | None = None
+    finder: PassageFinder | None = None  # picking a long document's passages first
+    passages_picked: bool = False  # they were (the request goes with what was found)
     sent_at: float = 0.0
     first_token_at: float | None = None
     tokens: int = 0

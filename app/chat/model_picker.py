@@ -23,6 +23,7 @@ from app.services.background import BackgroundRunner
 from app.services.memory_terms import BUFFERS, BUFFERS_TIP, PLANNED_TIP
 from app.widgets import ElidedLabel
 from runtime.errors import OutriderError
+from runtime.library.projectors import is_projector_name
 from runtime.settings.load import LoadSettings
 from runtime.units import fmt_bytes
 
@@ -33,24 +34,26 @@ UNLOADED = "No model loaded: choose one and press Load"
 
 
 def library_models(models_dir: Path) -> list[Path]:
-    """Every complete .gguf under the library folder, sorted by name (partial downloads and
-    later parts of split models left out)."""
+    """Every complete .gguf under the library folder, sorted by name (partial downloads,
+    later parts of split models and vision projectors, which load with their model, left
+    out)."""
     if not models_dir.is_dir():
         return []
     found = []
     for path in models_dir.rglob("*.gguf"):
         split = _SPLIT_PART.search(path.stem)
-        if not path.name.startswith(".") and (split is None or split.group(1) == "00001"):
+        if (not path.name.startswith(".") and (split is None or split.group(1) == "00001")
+                and not is_projector_name(path.name)):
             found.append(path)
     return sorted(found, key=lambda p: p.name.lower())
 
 
 def plan_model(settings: LoadSettings) -> dict[str, Any]:
-    """The memory plan for `settings` as a dict (runs on the background thread)."""
-    from runtime.gguf.info import read_model_info
-    from runtime.planner.plan import plan_memory
+    """The memory plan for `settings` as a dict, its projector counted (runs on the
+    background thread)."""
+    from app.services.projectors import plan_model as plan_with_projector
 
-    return plan_memory(read_model_info(settings.model_path), settings).to_dict()
+    return plan_with_projector(settings)
 
 
 def plan_summary(plan: dict[str, Any]) -> str:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from app.chat.composer import Composer
+from app.chat.attachments import Pending
+from app.chat.composer import Composer, holds_attachment
 from app.chat.controller import ChatController
 from app.chat.conversation import Conversation
 from app.chat.conversation_list import ConversationListModel, ConversationPane
@@ -15,7 +16,8 @@ from app.chat.export import export_conversation
 from app.chat.model_picker import ModelPicker
 from app.chat.settings_panel import ConversationSettings
 from app.chat.transcript import TranscriptView
-from app.qt import Qt, QtWidgets, Signal
+from app.qt import Qt, QtGui, QtWidgets, Signal
+from app.services.background import BackgroundRunner
 from app.services.settings import SettingsController
 from app.theme import Palette
 from app.widgets import ElidedLabel
@@ -31,17 +33,24 @@ class ChatPage(QtWidgets.QWidget):
     message = Signal(str)
 
     def __init__(self, controller: ChatController, picker: ModelPicker, palette: Palette,
-                 parent: QtWidgets.QWidget | None = None, *,
+                 parent: QtWidgets.QWidget | None = None, *, runner: BackgroundRunner,
                  settings: SettingsController | None = None) -> None:
-        """`settings`: where the "Draft tokens" toggle is remembered (None: not at all)."""
+        """`runner`: where attached documents are read, off the GUI thread; `settings`:
+        where the "Draft tokens" toggle is remembered (None: not at all)."""
         super().__init__(parent)
         self.controller = controller
         self._app_settings = settings
         self.picker = picker
         self.list_model = ConversationListModel(controller.store, self)
         self.pane = ConversationPane(self.list_model)
-        self.transcript = TranscriptView(palette)
-        self.composer = Composer()
+        self.transcript = TranscriptView(palette, media=controller.store.media)
+        self.composer = Composer(runner)
+        self.composer.check = controller.attachment_problem
+        self.composer.context_budget = lambda: controller.context_budget(
+            self.composer.text, self.composer.pending.ready)  # its images take their share
+        self.composer.pending.count_tokens = controller.count_tokens
+        self.composer.pending.tokenizer = controller.tokenizer
+        self.setAcceptDrops(True)  # files dropped anywhere on the chat go to the composer
         self.settings = ConversationSettings()
         self.settings.hide()
 
@@ -125,6 +134,8 @@ class ChatPage(QtWidgets.QWidget):
         c.message_changed.connect(transcript.message_changed)
         c.busy_changed.connect(composer.set_busy)
         c.send_blocked.connect(composer.set_blocked)
+        # The model (can it read images? its context) or the chat changed: say it again.
+        c.send_blocked.connect(lambda _reason: composer.refresh_attachments())
         composer.send_refused.connect(self._on_send_refused)
         c.busy_changed.connect(transcript.set_busy)
         composer.submitted.connect(self._send)
@@ -160,7 +171,7 @@ class ChatPage(QtWidgets.QWidget):
     def export_to(self, path: Path) -> None:
         conv = self.controller.conversation
         if conv is not None:
-            export_conversation(conv, self.controller.tree, path)
+            export_conversation(conv, self.controller.tree, path, self.controller.store.media)
             self.message.emit(f"Exported to {path}")
 
     def set_palette(self, palette: Palette) -> None:
@@ -181,9 +192,22 @@ class ChatPage(QtWidgets.QWidget):
         else:
             self.picker.combo.setFocus()
 
-    def _send(self, text: str) -> None:
+    def _send(self, text: str, pending: list[Pending]) -> None:
         self.settings.flush()
-        self.controller.send(text)
+        self.controller.send(text, pending)
+
+    def dragEnterEvent(self, event: QtGui.QDragEnterEvent) -> None:
+        if holds_attachment(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dragMoveEvent(self, event: QtGui.QDragMoveEvent) -> None:
+        if holds_attachment(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QtGui.QDropEvent) -> None:
+        if self.composer.add_mime(event.mimeData()):
+            event.acceptProposedAction()
+            self.composer.input.setFocus()
 
     def _regenerate(self, message_id: int) -> None:
         reason = self.controller.send_blocked_reason()
@@ -240,3 +264,5 @@ class ChatPage(QtWidgets.QWidget):
     def _on_transcript_changed(self) -> None:
         c = self.controller
         self.transcript.set_path(c.path(), c.tree, c.busy)
+        if self.composer.attachments:  # the context left for its documents changed
+            self.composer.refresh_attachments()

@@ -24,9 +24,13 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from app.chat.attachments import Attachment
 from app.chat.conversation import (
     DEFAULT_SAMPLING,
     Conversation,
@@ -35,8 +39,10 @@ from app.chat.conversation import (
     Status,
     sampling_from_dict,
 )
+from app.chat.media_files import MediaFiles
 from runtime.errors import OutriderError
 from runtime.events import SamplingParams
+from runtime.media.documents import Document
 
 CHECKPOINT_INTERVAL_S = 5.0
 
@@ -73,6 +79,26 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT '';
     ALTER TABLE conversations ADD COLUMN response_schema TEXT NOT NULL DEFAULT '';
+    """,
+    # 2 → 3: a message's attachments (JSON, app.chat.attachments); the text of attached
+    # documents by sha256; the vector index of their passages, per embedding model and
+    # chunk size. Old messages read as having none.
+    """
+    ALTER TABLE messages ADD COLUMN attachments TEXT NOT NULL DEFAULT '[]';
+    CREATE TABLE documents (
+        sha256 TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        text TEXT NOT NULL,
+        pages TEXT
+    );
+    CREATE TABLE passage_vectors (
+        document TEXT NOT NULL,
+        model TEXT NOT NULL,
+        chunk_tokens INTEGER NOT NULL,
+        chunk INTEGER NOT NULL,
+        vector BLOB NOT NULL,
+        PRIMARY KEY (document, model, chunk_tokens, chunk)
+    );
     """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -115,10 +141,15 @@ class _Checkpointer(threading.Thread):
 
 
 class ChatStore:
-    """All conversations and messages. Not thread-safe: use it from one thread (the GUI's)."""
+    """All conversations and messages. Not thread-safe: use it from one thread (the GUI's).
+
+    Attributes:
+        media: the chats' image files, in `chat-images/` beside the database.
+    """
 
     def __init__(self, path: Path, checkpoint_interval: float = CHECKPOINT_INTERVAL_S) -> None:
         self.path = path
+        self.media = MediaFiles(path.parent / "chat-images")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(path, isolation_level=None)
@@ -197,31 +228,79 @@ class ChatStore:
         return [ConversationSummary(r[0], r[1], r[2]) for r in rows]
 
     def delete_conversation(self, conversation_id: int) -> None:
+        """Delete a chat, and the image files no other chat uses."""
+        images = {(a.sha256, a.mime) for m in self.messages(conversation_id)
+                  for a in m.attachments if a.kind == "image"}
         self._db.execute("DELETE FROM conversations WHERE id=?", (conversation_id,))
+        for sha, mime in images:
+            used = self._db.execute("SELECT 1 FROM messages WHERE attachments LIKE ? LIMIT 1",
+                                    (f"%{sha}%",)).fetchone()
+            if used is None:
+                with contextlib.suppress(OSError):
+                    self.media.remove(sha, mime)
 
     # -- messages ----------------------------------------------------------------------
 
     def messages(self, conversation_id: int) -> list[Message]:
         rows = self._db.execute(
             "SELECT id, conversation_id, parent_id, role, content, created, status, error, stats, "
-            "draft_spans, reasoning FROM messages WHERE conversation_id=? ORDER BY id",
-            (conversation_id,))
+            "draft_spans, reasoning, attachments FROM messages WHERE conversation_id=? "
+            "ORDER BY id", (conversation_id,))
         return [Message(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], json.loads(r[8]),
-                        json.loads(r[9]), r[10]) for r in rows]
+                        json.loads(r[9]), r[10],
+                        [Attachment.from_dict(a) for a in json.loads(r[11])]) for r in rows]
 
     def add_message(self, conversation_id: int, parent_id: int | None, role: Role,
-                    content: str, status: Status = "done") -> Message:
-        message = Message(0, conversation_id, parent_id, role, content, time.time(), status)
+                    content: str, status: Status = "done",
+                    attachments: Iterable[Attachment] = ()) -> Message:
+        message = Message(0, conversation_id, parent_id, role, content, time.time(), status,
+                          attachments=list(attachments))
         cursor = self._db.execute(
-            "INSERT INTO messages (conversation_id, parent_id, role, content, created, status) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (conversation_id, parent_id, role, content, message.created, status))
+            "INSERT INTO messages (conversation_id, parent_id, role, content, created, status, "
+            "attachments) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (conversation_id, parent_id, role, content, message.created, status,
+             _attachments_json(message.attachments)))
         message.id = int(cursor.lastrowid or 0)
         return message
 
     def save_message(self, message: Message) -> None:
         self._db.execute(
-            "UPDATE messages SET content=?, status=?, error=?, stats=?, draft_spans=?, reasoning=? "
-            "WHERE id=?",
+            "UPDATE messages SET content=?, status=?, error=?, stats=?, draft_spans=?, reasoning=?, "
+            "attachments=? WHERE id=?",
             (message.content, message.status, message.error, json.dumps(message.stats),
-             json.dumps(message.draft_spans), message.reasoning, message.id))
+             json.dumps(message.draft_spans), message.reasoning,
+             _attachments_json(message.attachments), message.id))
+
+    # -- documents and their passage index ---------------------------------------------
+
+    def save_document(self, sha256: str, document: Document) -> None:
+        """Keep an attached document's text (once per distinct text)."""
+        pages = json.dumps(list(document.pages)) if document.pages is not None else None
+        self._db.execute("INSERT OR IGNORE INTO documents (sha256, name, text, pages) "
+                         "VALUES (?, ?, ?, ?)", (sha256, document.name, document.text, pages))
+
+    def document(self, sha256: str) -> Document | None:
+        row = self._db.execute("SELECT name, text, pages FROM documents WHERE sha256=?",
+                               (sha256,)).fetchone()
+        if row is None:
+            return None
+        return Document(row[0], row[1], tuple(json.loads(row[2])) if row[2] else None)
+
+    def passage_vectors(self, document: str, model: str, chunk_tokens: int) -> dict[int, np.ndarray]:
+        """The stored embeddings of a document's chunks (chunk index → float32 vector)."""
+        rows = self._db.execute(
+            "SELECT chunk, vector FROM passage_vectors WHERE document=? AND model=? AND "
+            "chunk_tokens=?", (document, model, chunk_tokens))
+        return {int(r[0]): np.frombuffer(r[1], dtype="<f4") for r in rows}
+
+    def save_passage_vectors(self, document: str, model: str, chunk_tokens: int,
+                             vectors: dict[int, np.ndarray]) -> None:
+        self._db.executemany(
+            "INSERT OR REPLACE INTO passage_vectors (document, model, chunk_tokens, chunk, vector) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(document, model, chunk_tokens, index, np.asarray(v, dtype="<f4").tobytes())
+             for index, v in vectors.items()])
+
+
+def _attachments_json(attachments: list[Attachment]) -> str:
+    return json.dumps([a.to_dict() for a in attachments])

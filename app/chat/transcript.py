@@ -12,15 +12,23 @@ A reply with thinking gets a `ThinkingBlock` above its answer: folded, titled "T
 while the model thinks and "Thought for 4.2 s" after; a click unfolds the text, which then
 grows by appending only what is new. A reply that is JSON as a whole shows as a pretty-printed
 `json` code block (`markdown.json_block`).
+
+A user message's attachments show above its text: images as thumbnails (a click opens the
+larger view), documents as their name and size. A reply whose question came with a document
+too long for the context shows the passages it was given ("Used passages: a.pdf p.3, p.7"),
+folded; a click unfolds them.
 """
 
 from __future__ import annotations
 
 import itertools
 
+from app.chat.attachment_views import AttachmentStrip, ImageViewer, PassagesLine, pixmap_of
+from app.chat.attachments import Attachment
 from app.chat.conversation import Message, MessageTree
 from app.chat.export import footer_text, thought_for
 from app.chat.markdown import MarkdownRenderer, json_block, segment_bounds
+from app.chat.media_files import MediaFiles
 from app.chat.thinking import Body, ThinkingBlock
 from app.qt import Qt, QtCore, QtGui, QtWidgets, Signal
 from app.theme import Palette
@@ -62,10 +70,13 @@ class MessageCard(QtWidgets.QFrame):
     open_log = Signal()
 
     def __init__(self, message: Message, renderer: MarkdownRenderer,
-                 parent: QtWidgets.QWidget | None = None) -> None:
+                 parent: QtWidgets.QWidget | None = None, *,
+                 media: MediaFiles | None = None) -> None:
         super().__init__(parent)
         self.message = message
         self._renderer = renderer
+        self._media = media
+        self._attachments_key: object = None
         self._segments: list[_Segment] = []
         self.highlight_drafts = False
         self.setObjectName("bubble")
@@ -99,6 +110,10 @@ class MessageCard(QtWidgets.QFrame):
             header.addWidget(self.regenerate_button)
         layout.addLayout(header)
         self.thinking: ThinkingBlock | None = None  # made for the first thinking text
+        self.attachment_strip = AttachmentStrip(removable=False)
+        self.attachment_strip.image_clicked.connect(self._view_image)
+        layout.addWidget(self.attachment_strip)
+        self._pixmaps: list[tuple[object, str]] = []  # (pixmap, name) of each strip item
 
         self._bodies = QtWidgets.QVBoxLayout()
         self._bodies.setSpacing(0)
@@ -111,6 +126,9 @@ class MessageCard(QtWidgets.QFrame):
         self.error_label.linkActivated.connect(lambda _: self.open_log.emit())
         self.error_label.hide()
         layout.addWidget(self.error_label)
+
+        self.passages = PassagesLine()
+        layout.addWidget(self.passages)
 
         self.footer = QtWidgets.QLabel()
         self.footer.setObjectName("footer")
@@ -141,6 +159,7 @@ class MessageCard(QtWidgets.QFrame):
     def refresh(self, busy: bool) -> None:
         """Redraw what changed since the last call (cheap when nothing did)."""
         m = self.message
+        self._render_attachments()
         self._render_thinking()
         self._render_segments()
         show = bool(m.content) or m.status not in ("waiting", "streaming")
@@ -149,7 +168,8 @@ class MessageCard(QtWidgets.QFrame):
         if m.status == "error" and m.error:
             self.error_label.setText(f"{_escape(m.error)} &nbsp;<a href='log'>View engine log</a>")
         self.error_label.setVisible(m.status == "error" and bool(m.error))
-        footer = _WAITING.get(m.status, "")
+        footer = str(m.stats.get("note") or "") if m.status == "waiting" else ""
+        footer = footer or _WAITING.get(m.status, "")
         if not footer:
             footer = footer_text(m.stats)
             if m.status == "stopped" and not m.content:  # not an empty "0 tokens" bubble
@@ -163,6 +183,39 @@ class MessageCard(QtWidgets.QFrame):
         else:
             self.edit_button.setEnabled(not busy)
 
+    def set_passages(self, attachments: list[Attachment]) -> None:
+        """The documents of the question this reply answers (their passages, if any)."""
+        self.passages.show_passages(attachments)
+
+    def _render_attachments(self) -> None:
+        attachments = self.message.attachments
+        key = tuple((a.sha256, a.mode, len(a.passages)) for a in attachments)
+        if key == self._attachments_key:
+            return
+        self._attachments_key = key
+        items: list[tuple[QtGui.QPixmap | None, str]] = []
+        for a in attachments:
+            if a.kind == "image":
+                pixmap = QtGui.QPixmap()
+                if self._media is not None:
+                    try:
+                        pixmap = pixmap_of(self._media.read(a.sha256, a.mime))
+                    except (OSError, ValueError):
+                        pixmap = QtGui.QPixmap()
+                items.append((pixmap if not pixmap.isNull() else None,
+                              a.name if not pixmap.isNull() else f"{a.name} (image file missing)"))
+            else:
+                sent = f" · {len(a.passages)} passages sent" if a.mode == "passages" and a.passages \
+                    else ""
+                items.append((None, a.describe() + sent))
+        self._pixmaps = [(p, name) for p, name in items]
+        self.attachment_strip.set_items(items)
+
+    def _view_image(self, index: int) -> None:
+        pixmap, name = self._pixmaps[index]
+        if isinstance(pixmap, QtGui.QPixmap):
+            ImageViewer(pixmap, name, self).open()
+
     def _render_thinking(self) -> None:
         m = self.message
         if not m.reasoning and self.thinking is None:
@@ -171,7 +224,7 @@ class MessageCard(QtWidgets.QFrame):
             self.thinking = ThinkingBlock(self)
             layout = self.layout()
             if isinstance(layout, QtWidgets.QBoxLayout):
-                layout.insertWidget(1, self.thinking)  # under the header, above the answer
+                layout.insertWidget(2, self.thinking)  # under the header, above the answer
         still = m.status in ("waiting", "streaming") and not m.content
         self.thinking.show_thinking(m.reasoning, ThinkingBlock.THINKING if still else thought_for(m.stats),
                                     self._renderer.palette.muted)
@@ -251,9 +304,12 @@ class TranscriptView(QtWidgets.QScrollArea):
     branch_requested = Signal(int, int)
     open_log_requested = Signal()
 
-    def __init__(self, palette: Palette, parent: QtWidgets.QWidget | None = None) -> None:
+    def __init__(self, palette: Palette, parent: QtWidgets.QWidget | None = None, *,
+                 media: MediaFiles | None = None) -> None:
+        """`media`: where the images of messages are read from (None: none are shown)."""
         super().__init__(parent)
         self.setObjectName("transcript")
+        self._media = media
         self.setWidgetResizable(True)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self._renderer = MarkdownRenderer(palette)
@@ -360,7 +416,7 @@ class TranscriptView(QtWidgets.QScrollArea):
     # -- internals ---------------------------------------------------------------------
 
     def _make_card(self, message: Message) -> MessageCard:
-        card = MessageCard(message, self._renderer)
+        card = MessageCard(message, self._renderer, media=self._media)
         card.action.connect(self._on_card_action)
         card.branch.connect(self.branch_requested)
         card.open_log.connect(self.open_log_requested)
@@ -372,6 +428,9 @@ class TranscriptView(QtWidgets.QScrollArea):
         position, count = self._tree.branch_position(card.message.id) \
             if card.message.id in self._tree else (1, 1)
         card.set_branch(position, count, not self._busy)
+        parent_id = card.message.parent_id
+        if card.message.role == "assistant" and parent_id is not None and parent_id in self._tree:
+            card.set_passages(self._tree.get(parent_id).attachments)
         card.refresh(self._busy)
 
     def _flush(self) -> None:
@@ -379,7 +438,7 @@ class TranscriptView(QtWidgets.QScrollArea):
         for message_id in dirty:
             card = self._cards.get(message_id)
             if card is not None:
-                card.refresh(self._busy)
+                self._update_card(card)
 
     def _on_card_action(self, action: str, message_id: int) -> None:
         if action == "edit":

@@ -22,9 +22,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from app.engine.embeddings_call import EmbeddingsCall
+from app.engine.json_call import JsonCall
 from app.engine.process import EngineCommand, EngineExit, EngineProcess
 from app.engine.streams import LoadJob, MetricsFeed, ReplyStream
-from app.engine.wire import ReplyError, ServedModel, ServerAddress
+from app.engine.wire import ReplyError, ServedModel, ServerAddress, parse_token_count
 from app.qt import QtCore, QtNetwork, Signal
 from runtime.paths import user_dirs
 from runtime.settings.load import LoadSettings
@@ -170,6 +172,26 @@ class EngineClient(QtCore.QObject):
             self._set_model(None)
             self._set_state(EngineState.NO_MODEL)
 
+    def unload_model(self, name: str, *, default: bool = False) -> QtNetwork.QNetworkReply | None:
+        """Unload one resident model (`POST /api/unload {"model": name}`); None when the engine
+        is not running. Unloading the chat's model (the server's `default` one) is `unload()`:
+        it is not loaded back after a restart. The caller reads the reply (404
+        `model_not_found`: not resident) and deletes it."""
+        if not self._state.running:
+            return None
+        if default or (self._model is not None and name == self._model.name):
+            self._wanted = None
+            self._set_model(None)
+            self._set_state(EngineState.NO_MODEL)
+        return self._post("/api/unload", {"model": name})
+
+    def fetch_status(self) -> QtNetwork.QNetworkReply | None:
+        """`GET /api/status` (the default model, and every resident one under `resident`);
+        None when the engine is not running. The caller reads the reply and deletes it."""
+        if self.process.address is None:
+            return None
+        return self._nam.get(self._request("/api/status", stream=False))
+
     def _send_load(self, settings: LoadSettings, job: LoadJob) -> None:
         self._set_model(None)
         self._set_state(EngineState.LOADING)
@@ -200,6 +222,26 @@ class EngineClient(QtCore.QObject):
             return stream
         stream.attach(self._post("/v1/chat/completions", {**body, "stream": True}, stream=True))
         return stream
+
+    def embed(self, texts: list[str]) -> EmbeddingsCall:
+        """The served model's embeddings of `texts` (`POST /v1/embeddings`)."""
+        call = EmbeddingsCall(self)
+        if self._state != EngineState.READY or self._model is None:
+            call.fail_soon(ReplyError("NoModelLoaded", "No model is loaded in the engine."))
+            return call
+        call.attach(self._post("/v1/embeddings", {"model": self._model.name, "input": texts}))
+        return call
+
+    def tokenize(self, text: str) -> JsonCall:
+        """How many tokens `text` is for the served model (`POST /tokenize`, no BOS added):
+        the call's `done` carries a `TokenCount`; `failed` when no model is ready."""
+        call = JsonCall(parse_token_count, self)
+        if self._state != EngineState.READY or self._model is None:
+            call.fail_soon(ReplyError("NoModelLoaded", "No model is loaded in the engine."))
+            return call
+        call.attach(self._post("/tokenize", {"content": text, "model": self._model.name,
+                                             "add_special": False}))
+        return call
 
     def _request(self, path: str, stream: bool) -> QtNetwork.QNetworkRequest:
         address = self.process.address

@@ -333,11 +333,29 @@ class ServedModel:
     notes: tuple[str, ...] = ()
     plan: dict[str, Any] = field(default_factory=dict)
     measured: dict[str, Any] = field(default_factory=dict)
+    # What the model can be asked for (`LoadedModel.capabilities`): "vision" (it has a
+    # projector: images), "embeddings", "tools", "reasoning", "structured_output".
+    capabilities: tuple[str, ...] = ()
+    # A vision model's projector (its file name) and the context one image takes, in tokens
+    # (the chat counts them against the context); None for a text-only model.
+    projector: str | None = None
+    image_tokens: int | None = None
 
 
 def parse_model(model: dict[str, Any] | None, plan: Any = None, measured: Any = None) -> ServedModel | None:
+    """The served model of a `loaded` event or `/api/status` (`LoadedModel` as JSON).
+
+    >>> m = parse_model({"name": "gemma-3-4b", "n_ctx": 8192, "capabilities": ["vision"],
+    ...                  "projector": "mmproj-F16.gguf", "image_tokens": 256})
+    >>> m.n_ctx, m.projector, m.image_tokens
+    (8192, 'mmproj-F16.gguf', 256)
+    >>> parse_model({"name": "smol"}).image_tokens is None
+    True
+    """
     if not model:
         return None
+    image_tokens = model.get("image_tokens")
+    projector = model.get("projector")
     path = str(model.get("path", ""))
     name = str(model.get("name") or model.get("id") or path.rsplit("/", 1)[-1] or "model")
     return ServedModel(
@@ -348,4 +366,47 @@ def parse_model(model: dict[str, Any] | None, plan: Any = None, measured: Any = 
         notes=tuple(str(n) for n in model.get("notes") or ()),
         plan=plan if isinstance(plan, dict) else {},
         measured=measured if isinstance(measured, dict) else {},
+        capabilities=tuple(str(c) for c in model.get("capabilities") or ()),
+        projector=str(projector) if projector else None,
+        image_tokens=int(image_tokens) if isinstance(image_tokens, int) and image_tokens > 0
+        else None,
     )
+
+
+def parse_embeddings(payload: Any) -> list[list[float]]:
+    """The vectors of a `/v1/embeddings` answer (float encoding), in input order.
+
+    >>> parse_embeddings({"data": [{"index": 1, "embedding": [0.0, 1.0]},
+    ...                            {"index": 0, "embedding": [1.0, 0.0]}]})
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
+    try:
+        items = sorted(payload["data"], key=lambda item: int(item["index"]))
+        return [[float(x) for x in item["embedding"]] for item in items]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WireError(f"unreadable embeddings answer: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    """A `/tokenize` answer: how many tokens a text is for `model`."""
+
+    count: int
+    model: str
+
+
+def parse_token_count(payload: Any) -> TokenCount:
+    """The count of a `POST /tokenize` answer (`count`, else the length of `tokens`).
+
+    >>> parse_token_count({"tokens": [19556, 11], "count": 2, "model": "smol"})
+    TokenCount(count=2, model='smol')
+    >>> parse_token_count({"tokens": [1, 2, 3]}).count
+    3
+    """
+    try:
+        count = payload.get("count")
+        if not isinstance(count, int):
+            count = len(payload["tokens"])
+        return TokenCount(int(count), str(payload.get("model") or ""))
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise WireError(f"unreadable tokenize answer: {exc}") from exc

@@ -4,6 +4,10 @@ Load (emits `load_requested` with the model's remembered settings), Settings…,
 first), Reveal in the file manager, Import (a file dialog, or drop .gguf files on the page)
 and Make a draft (a low-bit copy of the model made with llama.cpp's quantizer, for drafting
 when no smaller sibling exists). Every file operation runs on a worker thread.
+
+A vision model is marked in the Architecture column ("gemma3 · vision") and loads with its
+projector (the `mmproj*.gguf` beside it: `app.services.projectors`). One whose projector is
+missing says so under the table, with a "Get projector" button (`app.models.projector_note`).
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from app.models.projector_note import ProjectorNote
 from app.qt import QtCore, QtGui, QtWidgets, Signal
 from app.services.drafts import compatible_drafts
 from app.services.models import ModelServices
 from app.services.outcome import Inbox, on_result
+from app.services.projectors import load_settings_for
 from app.widgets import read_only_table
 from runtime.library.library import LibraryModel
 from runtime.quality.quantize import QuantRecipe, default_output_path, quantize
@@ -108,9 +114,14 @@ class LibraryPage(QtWidgets.QWidget):
         foot.addWidget(self.status, 1)
         foot.addWidget(self.progress)
         foot.addWidget(self.cancel_button)
+        self.projector_note = ProjectorNote(services, self.selected)
+        self.projector_note.message.connect(self.status.setText)
+        self.vision_note = self.projector_note.note
+        self.projector_button = self.projector_note.button
         layout = QtWidgets.QVBoxLayout(self)
         layout.addLayout(bar)
         layout.addWidget(self.table, 1)
+        layout.addWidget(self.projector_note)
         layout.addLayout(foot)
 
         self.buttons["load"].clicked.connect(self._on_load)
@@ -136,7 +147,8 @@ class LibraryPage(QtWidgets.QWidget):
         for row, m in enumerate(self.models):
             info = m.info or {}
             ctx = info.get("n_ctx_train")
-            cells = (m.name, m.repo_id or "—", m.architecture or "?",
+            arch = m.architecture or "?"
+            cells = (m.name, m.repo_id or "—", f"{arch} · vision" if m.projector else arch,
                      fmt_count(info.get("n_params")),
                      m.quant or "?", fmt_bytes(m.size), f"{ctx:,}" if ctx else "?",
                      self._drafts_text(m))
@@ -185,6 +197,7 @@ class LibraryPage(QtWidgets.QWidget):
             self.buttons[key].setEnabled(model is not None)
         if self._cancel_draft is not None:
             self.buttons["draft"].setEnabled(False)
+        self.projector_note.show_for(model)
 
     # -- actions ---------------------------------------------------------------------------
 
@@ -192,8 +205,7 @@ class LibraryPage(QtWidgets.QWidget):
         model = self.selected()
         if model is None or model.error:
             return
-        prefs = self.services.settings.settings.model_prefs(model.path)
-        self.load_requested.emit(prefs.load)
+        self.load_requested.emit(load_settings_for(self.services.settings.settings, model.path))
 
     def _on_settings(self) -> None:
         model = self.selected()

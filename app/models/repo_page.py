@@ -5,6 +5,10 @@ read remotely (quant type, parameters, bits per weight), judged by the memory pl
 the fit defaults from the settings (context, K and V cache types) against the memory free now.
 A gated repository without a token asks for one first (`ask_token`, injectable); the token is
 kept in the user settings.
+
+A vision model's repository shows each quant's projector in the Vision column ("vision:
+projector F16, 812 MiB"), counted in the fit; Download fetches it with the model (the same
+queue), and a model already in the library without it offers "Get projector".
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from runtime.settings.load import LoadSettings
 from runtime.settings.user import AppSettings
 from runtime.units import fmt_bytes, fmt_count
 
-COLUMNS = ("Quant", "Bits/weight", "Size", "Fit", "File", "")
+COLUMNS = ("Quant", "Bits/weight", "Size", "Fit", "File", "Vision", "")
+VISION, BUTTON = 5, 6  # the Vision column shows only for a repository with projectors
 _COLORS = {"ok": "#1a7f37", "warn": "#9a6700", "accent": "#3b6fd8", "error_text": "#cf222e"}
 
 
@@ -210,19 +215,32 @@ class RepoPage(QtWidgets.QWidget):
             tip = f"{fmt_count(entry.n_params)} parameters · {entry.architecture or '?'}"
             file_item.setToolTip(tip + (f"\n{entry.error}" if entry.error else ""))
             self.table.setItem(row, 4, file_item)
-            self.table.setCellWidget(row, 5, self._download_button(entry))
+            vision = QtWidgets.QTableWidgetItem(entry.projector.label if entry.projector else "")
+            if entry.projector is not None:
+                vision.setToolTip(_projector_tip(entry))
+            self.table.setItem(row, VISION, vision)
+            self.table.setCellWidget(row, BUTTON, self._download_button(entry))
+        self.table.setColumnHidden(VISION, listing.projector is None)
         self.table.resizeColumnsToContents()
         reason = listing.recommended_reason
         pick = (f"Recommended: {listing.recommended.quant} — {reason}."
                 if listing.recommended else reason)
+        brings = ""
+        if listing.projector is not None:
+            brings = (f" A vision model: each download brings its projector "
+                      f"({listing.projector.name}), counted in the fit.")
         self.status.setText(f"{len(entries)} quants. {pick} Fit assumes a {fit.n_ctx:,}-token "
-                            f"context with K {fit.type_k} / V {fit.type_v} (Settings).")
+                            f"context with K {fit.type_k} / V {fit.type_v} (Settings).{brings}")
 
     def _download_button(self, entry: QuantEntry) -> QtWidgets.QPushButton:
         button = QtWidgets.QPushButton("Download")
         button.setObjectName(f"download:{entry.name}")
         state = self._local_state(entry)
-        if state:
+        if state == "Get projector":  # the model is in, its projector is not
+            button.setText(state)
+            button.setToolTip(f"Download {entry.projector.name if entry.projector else ''}, "
+                              "so the model reads images")
+        elif state:
             button.setText(state)
             button.setEnabled(False)
         elif not entry.complete:
@@ -235,7 +253,9 @@ class RepoPage(QtWidgets.QWidget):
         names = {f.name for f in entry.files}
         for model in self.services.models:
             if model.repo_id == entry.repo_id and model.path.name in names:
-                return "In library"
+                if entry.projector is None or model.projector is not None:
+                    return "In library"
+                return "Queued" if entry.projector.name in self._queued else "Get projector"
         return "Queued" if names & self._queued else None
 
     def _on_library(self, _models: object) -> None:
@@ -248,11 +268,12 @@ class RepoPage(QtWidgets.QWidget):
         """What the table shows, row by row (quant, fit badge, tooltip, button text)."""
         out = []
         for r in range(self.table.rowCount()):
-            button = self.table.cellWidget(r, 5)
+            button = self.table.cellWidget(r, BUTTON)
             text = button.text() if isinstance(button, QtWidgets.QPushButton) else ""
             out.append({"quant": cell(self.table, r, 0).text(), "fit": cell(self.table, r, 3).text(),
                         "tooltip": cell(self.table, r, 3).toolTip(),
-                        "file": cell(self.table, r, 4).text(), "button": text})
+                        "file": cell(self.table, r, 4).text(),
+                        "vision": cell(self.table, r, VISION).text(), "button": text})
         return out
 
     def button_for(self, name: str) -> QtWidgets.QPushButton:
@@ -262,20 +283,21 @@ class RepoPage(QtWidgets.QWidget):
         return button
 
     def download(self, entry: QuantEntry) -> None:
-        """Queue every file of `entry` (the parts of a split model together)."""
+        """Queue every file of `entry` not in the library yet (the parts of a split model
+        together, a vision model's projector with them)."""
         details = self.listing.repo if self.listing else None
         if details is not None and details.gated and not self.services.hub.has_token:
             self._ask_for_token()
             return
         manager = self.services.downloads
         group = f"{entry.repo_id}:{entry.quant}"
-        files = entry.files
+        folder = manager.models_dir / entry.repo_id
 
         def enqueue() -> list[DownloadJob]:
             return [manager.enqueue(entry.repo_id, f.name, size=f.size, sha256=f.sha256,
-                                    group=group) for f in files]
+                                    group=group) for f in entry.missing_in(folder)]
 
-        self._queued |= {f.name for f in files}
+        self._queued |= {f.name for f in entry.download_files}
         # Change the button in place: rebuilding the row here would delete the very button
         # whose clicked signal is running.
         button = self.findChild(QtWidgets.QPushButton, f"download:{entry.name}")
@@ -285,6 +307,23 @@ class RepoPage(QtWidgets.QWidget):
         job = self.services.on_disk(enqueue)
         on_result(job, self, self.download_started.emit,
                   lambda exc: self.status.setText(f"Could not queue {entry.name}: {exc}"))
+
+
+def _projector_tip(entry: QuantEntry) -> str:
+    """The projector's file and what it costs: counted in the fit, tokens per image."""
+    p = entry.projector
+    if p is None:
+        return ""
+    lines = [f"{p.name}: downloaded with the model"]
+    if p.n_available > 1:
+        lines.append(f"(the F16 or the smallest of the {p.n_available} projectors here)")
+    if p.info is not None:
+        about = "" if p.info.image_tokens_exact else "about "
+        lines.append(f"Counted in the fit: weights and compute buffer; each image takes "
+                     f"{about}{p.info.image_tokens:,} tokens of the context")
+    else:
+        lines.append(f"Not counted in the fit: {p.error or 'its header was not read'}")
+    return "\n".join(lines)
 
 
 __all__ = ["NeedsToken", "RepoPage", "fetch_listing"]

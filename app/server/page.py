@@ -1,5 +1,7 @@
-"""The Server page: the engine process's state and address, start / restart / stop, and its
-logs (every start keeps one; a crash's last lines are there to read).
+"""The Server page: the engine process's state and address, start / restart / stop, code
+that connects a client to it (`connect_panel`), the models it holds (`resident_panel`, from
+`GET /api/status` every few seconds while the page shows) and its logs (every start keeps
+one; a crash's last lines are there to read).
 
 Where the engine listens follows the server settings (Settings → App → Local server, see
 `app.engine.process.engine_listen`): a fixed port, 1234 by default, no key on this computer;
@@ -14,10 +16,15 @@ from pathlib import Path
 from app.engine.client import EngineClient, EngineState
 from app.engine.process import EngineExit, EngineListen, engine_logs
 from app.qt import Qt, QtGui, QtWidgets
+from app.server.connect_panel import ConnectPanel
+from app.server.resident import ResidentModel
+from app.server.resident_panel import ResidentPanel
+from app.server.snippets import Endpoint
 from app.widgets import muted_label, page_column
 from runtime.settings.user import AppSettings
 
 LOG_TAIL_BYTES = 256 * 1024
+CONNECT, RESIDENT, LOGS = range(3)  # the tabs under the engine's card
 
 
 def read_log_tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
@@ -55,6 +62,9 @@ def describe_listen(listen: EngineListen, wants_network: bool = False,
 
 
 class ServerPage(QtWidgets.QWidget):
+    """Attributes: connect_panel (the snippets), resident (the resident models), sections (the
+    tabs holding them and the logs: CONNECT, RESIDENT, LOGS)."""
+
     def __init__(self, client: EngineClient, log_dir: Path,
                  parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
@@ -62,8 +72,18 @@ class ServerPage(QtWidgets.QWidget):
         self._log_dir = log_dir
         self._reveal = False
         self._wants_network = False
+        # The page scrolls when the window is short: the engine card, the buttons and the
+        # tabs below need ~470 px, more than a 520 px window leaves.
+        body = QtWidgets.QWidget()
+        scroll = QtWidgets.QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
+        scroll.setWidget(body)
+        frame = QtWidgets.QVBoxLayout(self)
+        frame.setContentsMargins(0, 0, 0, 0)
+        frame.addWidget(scroll)
         outer = page_column(
-            self, "Engine server",
+            body, "Engine server",
             "Models run in a separate engine process, so a crash there never takes your chats "
             "with it. The same OpenAI-compatible server can be used by other tools on this "
             "machine while Outrider runs.", margins=(28, 22, 28, 22), spacing=14)
@@ -96,10 +116,6 @@ class ServerPage(QtWidgets.QWidget):
         form.addRow("API key", key_row)
         form.addRow("Process", self.pid_label)
         form.addRow("Model", self.model_label)
-        self.example_label = QtWidgets.QLabel()
-        self.example_label.setObjectName("muted")
-        self.example_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        form.addRow("Try it", self.example_label)
         self.config_label = muted_label()
         form.addRow("Settings", self.config_label)
         outer.addWidget(card)
@@ -134,10 +150,17 @@ class ServerPage(QtWidgets.QWidget):
         self.crash_label.hide()
         outer.addWidget(self.crash_label)
 
+        self.sections = QtWidgets.QTabWidget()
+        self.connect_panel = ConnectPanel()
+        self.sections.addTab(self.connect_panel, "Connect a client")
+        self.resident = ResidentPanel(client)
+        self.resident.models_changed.connect(self._on_resident_changed)
+        self.sections.addTab(self.resident, "Resident models")
+        logs = QtWidgets.QWidget()
+        logs_column = QtWidgets.QVBoxLayout(logs)
+        logs_column.setContentsMargins(12, 10, 12, 10)
         logs_row = QtWidgets.QHBoxLayout()
-        logs_title = QtWidgets.QLabel("Engine logs")
-        logs_title.setObjectName("panelTitle")
-        logs_row.addWidget(logs_title)
+        logs_row.addWidget(QtWidgets.QLabel("Run"))
         self.log_combo = QtWidgets.QComboBox()
         self.log_combo.setMinimumWidth(280)
         self.log_combo.currentIndexChanged.connect(self._show_selected_log)
@@ -147,15 +170,17 @@ class ServerPage(QtWidgets.QWidget):
         refresh.clicked.connect(self.refresh_logs)
         logs_row.addWidget(refresh)
         logs_row.addStretch(1)
-        outer.addLayout(logs_row)
+        logs_column.addLayout(logs_row)
         self.log_view = QtWidgets.QPlainTextEdit()
         self.log_view.setReadOnly(True)
         self.log_view.setLineWrapMode(QtWidgets.QPlainTextEdit.LineWrapMode.NoWrap)
         self.log_view.setFont(QtGui.QFontDatabase.systemFont(QtGui.QFontDatabase.SystemFont.FixedFont))
-        outer.addWidget(self.log_view, 1)
+        logs_column.addWidget(self.log_view, 1)
+        self.sections.addTab(logs, "Engine logs")
+        outer.addWidget(self.sections, 1)
 
-        client.state_changed.connect(self._update)
-        client.model_changed.connect(self._update)
+        client.state_changed.connect(self._on_engine_changed)
+        client.model_changed.connect(self._on_engine_changed)
         client.engine_exited.connect(self._on_exited)
         self._update()
 
@@ -169,9 +194,8 @@ class ServerPage(QtWidgets.QWidget):
         self.url_label.setText(address.url + also if address else "–")
         self.pid_label.setText(str(c.process.pid) if c.process.pid else "–")
         self.model_label.setText(c.model.name if c.model else "–")
-        auth = '-H "Authorization: Bearer $KEY" ' if address and address.api_key else ""
-        self.example_label.setText(f"curl {auth}{address.url}/v1/models" if address else "–")
         self._show_key_text()
+        self._show_endpoint()
         self.start_button.setEnabled(state in (EngineState.STOPPED, EngineState.CRASHED))
         self.restart_button.setEnabled(state != EngineState.STARTING)
         api = c.process.api_enabled
@@ -208,6 +232,45 @@ class ServerPage(QtWidgets.QWidget):
     def _toggle_key(self) -> None:
         self._reveal = not self._reveal
         self._show_key_text()
+        self._show_endpoint()
+
+    def _show_endpoint(self) -> None:
+        """The snippets: where the API listens, the model to name (the chat's, else a ready
+        resident one) and the key."""
+        c = self._client
+        address = c.address
+        if address is None:
+            self.connect_panel.show_endpoint(
+                None, note="The engine is not running: Start it, and the snippets here connect "
+                "to it.")
+            return
+        if not c.process.api_enabled:
+            self.connect_panel.show_endpoint(
+                None, note="The API is stopped: Start API to let other programs connect.")
+            return
+        ready = [m.name for m in self.resident.models if m.state == "ready"]
+        model = c.model.name if c.model else (ready[0] if ready else "")
+        notes = [] if model else ["No model is loaded: MODEL stands for the id of the one you "
+                                  "load."]
+        listening = c.process.listening
+        if listening is not None and listening.network:
+            notes.append("From another computer, put this computer's address in place of "
+                         "127.0.0.1.")
+        self.connect_panel.show_endpoint(Endpoint(address.url, model, address.api_key),
+                                         reveal=self._reveal, note=" ".join(notes))
+
+    # -- resident models ---------------------------------------------------------------
+
+    def _on_engine_changed(self, *_: object) -> None:
+        self._update()
+        if self.isVisible():
+            self.resident.refresh()
+
+    def _on_resident_changed(self, models: tuple[ResidentModel, ...]) -> None:
+        count = f" ({len(models)})" if models else ""
+        self.sections.setTabText(RESIDENT, f"Resident models{count}")
+        if self._client.model is None:
+            self._show_endpoint()  # a ready resident model names the snippets' model
 
     def _on_stop_api(self) -> None:
         self._client.set_api_enabled(False)
@@ -224,6 +287,7 @@ class ServerPage(QtWidgets.QWidget):
     def _on_exited(self, info: EngineExit) -> None:
         self._update()
         if not info.expected:
+            self.sections.setCurrentIndex(LOGS)
             tail = info.tail.strip().splitlines()[-3:] if info.tail.strip() else []
             detail = ("<br>" + "<br>".join(_escape(line) for line in tail)) if tail else ""
             self.crash_label.setText(f"<b>{info.describe()}</b> Its log is selected below; "
@@ -244,6 +308,7 @@ class ServerPage(QtWidgets.QWidget):
         self._show_selected_log()
 
     def show_log(self, path: Path | None) -> None:
+        self.sections.setCurrentIndex(LOGS)
         self.refresh_logs(select=path)
 
     def _show_selected_log(self) -> None:
@@ -254,6 +319,11 @@ class ServerPage(QtWidgets.QWidget):
     def showEvent(self, event: QtGui.QShowEvent) -> None:
         super().showEvent(event)
         self.refresh_logs()
+        self.resident.start_polling()
+
+    def hideEvent(self, event: QtGui.QHideEvent) -> None:
+        super().hideEvent(event)
+        self.resident.stop_polling()
 
 
 def _escape(text: str) -> str:

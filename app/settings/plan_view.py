@@ -61,6 +61,16 @@ def experts_text(plan: MemoryPlan, is_moe: bool) -> str:
     return f"MoE experts in RAM: the first {n} of {blocks} layers"
 
 
+def projector_text(plan: MemoryPlan) -> str:
+    """What a vision projector takes (part of the weights and compute above), for the notes:
+    "vision projector: 812 MiB of that (weights and compute buffer)"; "" for a text model.
+    (What each image takes of the context is the planner's own note.)"""
+    vision = sum(d.projector for d in plan.devices)
+    if not vision:
+        return ""
+    return f"vision projector: {fmt_bytes(vision)} of that (weights and compute buffer)"
+
+
 TRAINED_TIP = ("The model's trained context: the longest it was made for. Memory would hold "
                "more, so memory is not the limit here.")
 
@@ -127,7 +137,7 @@ class PlanView(QtWidgets.QGroupBox):
         self.devices.setText("\n".join(
             f"{d.name}: {fmt_bytes(d.total)} of {fmt_bytes(d.free_bytes)} free"
             + ("" if d.fits else " — too much") for d in plan.devices))
-        said = (sliding_window_text(plan), experts_text(plan, is_moe))
+        said = (sliding_window_text(plan), experts_text(plan, is_moe), projector_text(plan))
         self.notes.setText("\n".join((*plan.notes, *(s for s in said if s), *extra_notes)))
 
     def show_message(self, text: str) -> None:

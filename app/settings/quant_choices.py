@@ -1,6 +1,7 @@
 """The other quants of a model's repository: those in the library and those on the Hub.
 
-Pure functions; the Hub part runs on the network thread.
+Pure functions; the Hub part runs on the network thread. A vision model's Hub choices bring
+its projector (the repository's mmproj file, F16 if there is one) among their `files`.
 
     >>> [c.label for c in merge(local_choices(model, library), remote_choices(details))]
     ['F32 — tiny-F32.gguf (in library)', 'F16 — tiny-Q4_K_M.gguf (download 2.52 MiB)', ...]
@@ -13,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.hub.client import RepoDetails, RepoFile
-from runtime.hub.quants import group_gguf_files, quant_from_name
+from runtime.hub.quants import choose_projector, group_gguf_files, quant_from_name
 from runtime.library.library import LibraryModel
+from runtime.library.projectors import is_projector_name
 from runtime.units import fmt_bytes
 
 
@@ -27,7 +29,8 @@ class QuantChoice:
     quant: str
     size: int
     path: Path | None = None
-    files: tuple[RepoFile, ...] = ()
+    files: tuple[RepoFile, ...] = ()  # the model's, then its projector's
+    projector: RepoFile | None = None  # a vision model's, downloaded with it
 
     @property
     def local(self) -> bool:
@@ -36,6 +39,8 @@ class QuantChoice:
     @property
     def label(self) -> str:
         where = "in library" if self.local else f"download {fmt_bytes(self.size)}"
+        if not self.local and self.projector is not None:
+            where += f" + vision projector {fmt_bytes(self.projector.size)}"
         return f"{self.quant} — {self.name} ({where})"
 
 
@@ -56,14 +61,19 @@ def local_choices(model: LibraryModel, library: Iterable[LibraryModel]) -> list[
 
 
 def remote_choices(details: RepoDetails) -> list[QuantChoice]:
-    """The repository's chat models (split parts together), quant from the file name."""
+    """The repository's chat models (split parts together), quant from the file name, each
+    with the repository's projector when it has one."""
+    chosen = choose_projector(details)
+    projector = chosen.file if chosen is not None else None
     out = []
     for group in group_gguf_files(details.gguf_files):
         first = group[0].name
-        if "mmproj" in first.lower() or "imatrix" in first.lower():
+        if is_projector_name(first) or "imatrix" in first.lower():
             continue
+        files = tuple(group) + ((projector,) if projector is not None else ())
         out.append(QuantChoice(first, quant_from_name(first) or first,
-                               sum(f.size or 0 for f in group), files=tuple(group)))
+                               sum(f.size or 0 for f in group), files=files,
+                               projector=projector))
     return out
 
 

@@ -224,12 +224,19 @@ def _written(output: str | None) -> bool:
             and f"'{_PROBE_VALUE}'" not in output and f'\\"{_PROBE_VALUE}' not in output)
 
 
-def capabilities(family: Family) -> tuple[str, ...]:
+def capabilities(family: Family, *, chat: bool = True,
+                 embeddings: bool = False) -> tuple[str, ...]:
     """What a model of this family can be asked for (`/v1/models`' `outrider.capabilities`):
+    "chat" (it writes text: a decoder), its family's "tools" and "reasoning",
+    "structured_output" (any model that writes), "embeddings" (it can embed: not a reranker,
+    not T5). An encoder-only model (BERT) writes nothing, so it has only "embeddings":
 
         >>> capabilities(PLAIN), capabilities(detect_family("<tool_call>...</think>"))
-        (('structured_output',), ('tools', 'reasoning', 'structured_output'))
+        (('chat', 'structured_output'), ('chat', 'tools', 'reasoning', 'structured_output'))
+        >>> capabilities(PLAIN, embeddings=True), capabilities(PLAIN, chat=False, embeddings=True)
+        (('chat', 'structured_output', 'embeddings'), ('embeddings',))
     """
-    return (*(("tools",) if family.tools else ()),
-            *(("reasoning",) if family.reasoning != "none" else ()),
-            "structured_output")
+    writes = ("chat", *(("tools",) if family.tools else ()),
+              *(("reasoning",) if family.reasoning != "none" else ()),
+              "structured_output") if chat else ()
+    return (*writes, *(("embeddings",) if embeddings else ()))

@@ -14,6 +14,11 @@ one in HF_ENDPOINT (default huggingface.co); a token may also come from `--token
 names: other downloads queued in the app stay queued, for the app. A file another Outrider
 process (the app, another pull) is downloading is not fetched twice: pull says so, follows that
 download's progress, and continues it itself if that process stops before the end.
+
+A vision model's pull brings its projector too (`QuantEntry.download_files`: the repository's
+mmproj file, F16 if there is one), and `ls` marks the models that read images ("vision") and
+those whose projector is missing ("vision: no projector"; `outrider pull OWNER/REPO:mmproj-….gguf`
+fetches it).
 """
 
 from __future__ import annotations
@@ -41,13 +46,13 @@ from runtime.hub.client import Hub
 from runtime.hub.quants import (
     DEFAULT_PREFERRED,
     PREFERRED_QUANTS,
+    ProjectorChoice,
     QuantEntry,
     QuantListing,
-    group_gguf_files,
+    entry_by_name,
     list_quants,
-    quant_from_name,
 )
-from runtime.library.library import Library
+from runtime.library.library import Library, LibraryModel
 from runtime.paths import user_dirs
 from runtime.settings.load import KV_CACHE_TYPES, LoadSettings
 from runtime.settings.user import SettingsStore
@@ -181,6 +186,8 @@ def run_show(args: argparse.Namespace) -> int:
     for e in listing.entries:
         if e.error:
             print(f"  note: {e.name}: {e.error}")
+    if listing.projector is not None:
+        print(_projector_line(listing.projector))
     print()
     if listing.recommended is not None:
         print(f"recommended: {listing.recommended.quant} — {listing.recommended_reason}")
@@ -189,6 +196,18 @@ def run_show(args: argparse.Namespace) -> int:
     else:
         print(f"recommended: none — {listing.recommended_reason}")
     return 0
+
+
+def _projector_line(p: ProjectorChoice) -> str:
+    """"vision: projector F16, 812 MiB (mmproj-F16.gguf, 1 of 3), downloaded with each quant
+    and counted in its fit; each image takes 256 tokens of the context"."""
+    which = f"{p.name}, 1 of {p.n_available}" if p.n_available > 1 else p.name
+    if p.info is None:
+        return (f"{p.label} ({which}), downloaded with each quant; not counted in the fit: "
+                f"{p.error or 'its header was not read'}")
+    about = "" if p.info.image_tokens_exact else "about "
+    return (f"{p.label} ({which}), downloaded with each quant and counted in its fit; each "
+            f"image takes {about}{p.info.image_tokens:,} tokens of the context")
 
 
 def _verdict(e: QuantEntry) -> str:
@@ -215,7 +234,10 @@ def _listing_json(listing: QuantListing) -> dict[str, Any]:
         "entries": [{"name": e.name, "quant": e.quant, "quant_source": e.quant_source,
                      "files": [f.name for f in e.files], "size": e.size, "n_params": e.n_params,
                      "bits_per_weight": e.bits_per_weight, "verdict": e.verdict, "fits": e.fits,
-                     "fit": e.fit, "error": e.error} for e in listing.entries],
+                     "fit": e.fit, "error": e.error,
+                     "projector": e.projector.name if e.projector else None}
+                    for e in listing.entries],
+        "projector": listing.projector.to_dict() if listing.projector else None,
     }
 
 
@@ -230,11 +252,12 @@ def run_pull(args: argparse.Namespace) -> int:
     hub = _hub(d, args.token)
     entry = _choose(hub, repo_id, args.revision, wanted, args, d)
     models_dir = Library(d.models_dir).models_dir
-    present = [models_dir / repo_id / f.name for f in entry.files]
-    if all(p.is_file() and p.stat().st_size == f.size for p, f in zip(present, entry.files, strict=True)):
+    folder = models_dir / repo_id
+    missing = entry.missing_in(folder)  # a vision model's projector too
+    if not missing:
         print(f"{entry.name} is already in the library", file=sys.stderr)
-        for p in present:
-            print(p)
+        for f in entry.download_files:
+            print(folder / f.name)
         return 0
     progress = _Progress(sys.stderr)
     manager = DownloadManager(hub, models_dir=models_dir, max_concurrent=max(1, args.jobs or d.parallel),
@@ -243,7 +266,7 @@ def run_pull(args: argparse.Namespace) -> int:
     # single file follows the branch, so an upstream change is noticed (and restarts it).
     revision = entry.revision if len(entry.files) > 1 else args.revision
     jobs = [manager.enqueue(repo_id, f.name, revision, size=f.size, sha256=f.sha256,
-                            group=f"{repo_id}:{entry.quant}") for f in entry.files]
+                            group=f"{repo_id}:{entry.quant}") for f in missing]
     manager.start(only=[j.id for j in jobs])  # not the app's other queued jobs
     try:
         finals = manager.wait([j.id for j in jobs])
@@ -267,8 +290,9 @@ def run_pull(args: argparse.Namespace) -> int:
             message += (f"; {fmt_bytes(left)} is kept in {manager.downloads_dir} for the next "
                         "pull (Delete files in the app's Downloads page frees it)")
         raise DownloadError(message)
-    for j in finals:
-        print(j.path)
+    fetched = {j.filename: j.path for j in finals}
+    for f in entry.download_files:  # in order, those already in the library too
+        print(fetched.get(f.name) or folder / f.name)
     return 0
 
 
@@ -277,12 +301,9 @@ def _choose(hub: Hub, repo_id: str, revision: str, wanted: str,
     """The entry to pull: by file name or the quant in the names, else read the headers."""
     details = hub.repo_details(repo_id, None if revision == "main" else revision)
     if wanted:
-        for group in group_gguf_files(details.gguf_files):
-            names = [f.name for f in group]
-            if wanted in names or (quant_from_name(group[0].name) or "").upper() == wanted.upper():
-                return QuantEntry(repo_id, details.revision, group[0].name, group,
-                                  quant_from_name(group[0].name) or wanted, "name",
-                                  sum(f.size or 0 for f in group))
+        named = entry_by_name(details, wanted)
+        if named is not None:
+            return named
     listing = list_quants(hub, repo_id, settings=_settings(args, d),
                           preferred=args.prefer or d.preferred, details=details)
     if wanted:
@@ -356,18 +377,31 @@ def run_ls(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{"id": m.id, "path": str(m.path), "source": m.source, "size": m.size,
                            "quant": m.quant, "architecture": m.architecture,
-                           "parts": [str(p) for p in m.parts], "error": m.error} for m in models],
+                           "parts": [str(p) for p in m.parts], "error": m.error,
+                           "projector": str(m.projector) if m.projector else None,
+                           "capabilities": list(m.capabilities),
+                           "projector_missing": m.projector_missing} for m in models],
                          indent=2))
         return 0
     if not models:
         print(f"no models in {library.models_dir}; try `outrider pull OWNER/REPO`")
         return 0
-    rows = [("MODEL", "QUANT", "SIZE", "WHERE")]
+    rows = [("MODEL", "QUANT", "SIZE", "WHERE", "")]
     for m in models:
         where = "library" if m.source == "library" else m.source
-        rows.append((m.id, m.quant or ("?" if m.error is None else "unreadable"), fmt_bytes(m.size), where))
+        rows.append((m.id, m.quant or ("?" if m.error is None else "unreadable"),
+                     fmt_bytes(m.size), where, _vision_mark(m)))
     _table(rows, sys.stdout)
+    if any(m.projector_missing for m in models):
+        print("\nvision: no projector — the model reads text only until its mmproj file is "
+              "beside it: `outrider pull OWNER/REPO:mmproj-FILE.gguf`")
     return 0
+
+
+def _vision_mark(m: LibraryModel) -> str:
+    if m.projector is not None:
+        return "vision"
+    return "vision: no projector" if m.projector_missing else ""
 
 
 def run_rm(args: argparse.Namespace) -> int:

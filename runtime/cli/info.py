@@ -2,6 +2,8 @@
 
 MODEL is a local .gguf (any part of a split set) or an http(s) URL, read with range
 requests (only the header travels). Both print for people, or JSON with `--json`.
+A vision model's projector is planned with it: `--mmproj FILE`, else the `mmproj*.gguf`
+beside a local model (`runtime.library.projectors`); `--no-mmproj` plans the text model alone.
 
     $ outrider plan SmolLM2-135M-Instruct.Q4_1.gguf --ctx 8192 --kv-k q8_0 --kv-v q8_0
     CPU only: 304 MiB (weights 92.1 MiB, KV 95.6 MiB, compute 98.4 MiB, other 17.4 MiB); max context 8,192
@@ -15,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from runtime.gguf.info import ModelInfo, read_model_info
-from runtime.gguf.remote import read_remote_model_info
+from runtime.gguf.projector import ProjectorInfo, projector_info, read_projector_info
+from runtime.gguf.remote import read_remote_header, read_remote_model_info
+from runtime.library.projectors import projector_for
 from runtime.planner.devices import list_devices
 from runtime.planner.plan import MemoryPlan, plan_memory
 from runtime.sampling.native import native_status
@@ -26,6 +30,7 @@ from runtime.units import MIB, fmt_bytes, fmt_count
 def register(subparsers: Any) -> None:
     info = subparsers.add_parser("info", help="show a model's metadata and its memory plan")
     info.add_argument("model", help="a .gguf file or an http(s) URL")
+    _add_projector_options(info)
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(handler=run_info)
 
@@ -39,20 +44,48 @@ def register(subparsers: Any) -> None:
     plan.add_argument("--parallel", type=int, default=1, help="parallel sequences (default 1)")
     plan.add_argument("--flash-attn", default="auto", choices=["auto", "on", "off"])
     plan.add_argument("--draft", default=None, help="a draft model (.gguf or URL) to include")
+    _add_projector_options(plan)
     plan.add_argument("--json", action="store_true", help="print JSON")
     plan.set_defaults(handler=run_plan)
 
 
+def _add_projector_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mmproj", default=None, metavar="FILE",
+                   help="a vision model's projector (.gguf or URL) to include (default: the "
+                        "mmproj*.gguf beside a local model)")
+    p.add_argument("--no-mmproj", action="store_true", help="plan without a projector")
+
+
+def load_projector(args: argparse.Namespace) -> ProjectorInfo | None:
+    """The projector to plan with: --mmproj, else the one beside a local model, else none."""
+    if getattr(args, "no_mmproj", False):
+        return None
+    given = getattr(args, "mmproj", None)
+    if given and given.startswith(("http://", "https://")):
+        name = given.rsplit("/", 1)[-1].split("?", 1)[0]
+        return projector_info(read_remote_header(given).header, Path(name))
+    if given:
+        return read_projector_info(Path(given).expanduser())
+    if args.model.startswith(("http://", "https://")):
+        return None
+    paired = projector_for(Path(args.model).expanduser())
+    return read_projector_info(paired) if paired is not None else None
+
+
 def run_info(args: argparse.Namespace) -> int:
     info = load_info(args.model)
+    projector = load_projector(args)
     settings = LoadSettings(model_path=Path(args.model), n_ctx=_default_ctx(info))
-    plan = plan_memory(info, settings, list_devices())
+    plan = plan_memory(info, settings, list_devices(), projector=projector)
     kernels = native_status()
     if args.json:
         print(json.dumps({"model": info.to_dict(), "plan": plan.to_dict(),
+                          "projector": projector.to_dict() if projector else None,
                           "sampling_kernels": kernels}, indent=2))
     else:
         print(format_info(info))
+        if projector is not None:
+            print(format_projector(projector))
         print()
         print(format_plan(plan, settings))
         print(f"  sampling and verify: {kernels}")
@@ -66,7 +99,7 @@ def run_plan(args: argparse.Namespace) -> int:
                             type_v=args.kv_v, gpu_layers=args.gpu_layers, n_ubatch=args.ubatch,
                             n_batch=max(512, args.ubatch), n_parallel=args.parallel,
                             flash_attn=args.flash_attn)
-    plan = plan_memory(info, settings, list_devices(), draft)
+    plan = plan_memory(info, settings, list_devices(), draft, projector=load_projector(args))
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:
@@ -108,6 +141,14 @@ def format_info(info: ModelInfo) -> str:
     return "\n".join([info.path_or_url] + [f"  {k:<{width}}  {v}" for k, v in lines])
 
 
+def format_projector(projector: ProjectorInfo) -> str:
+    """"  vision  mmproj-F16.gguf: gemma3 projector, 812 MiB, 256 tokens per image"."""
+    about = "" if projector.image_tokens_exact else "about "
+    return (f"  vision  {projector.path.name}: {projector.projector_type} projector, "
+            f"{fmt_bytes(projector.tensor_bytes)}, {about}{projector.image_tokens:,} tokens "
+            "per image")
+
+
 def format_plan(plan: MemoryPlan, settings: LoadSettings) -> str:
     layers = "auto" if settings.gpu_layers is None else str(settings.gpu_layers)
     out = [f"plan: context {plan.n_ctx:,}, K {settings.type_k}, V {settings.type_v}, "
@@ -120,6 +161,10 @@ def format_plan(plan: MemoryPlan, settings: LoadSettings) -> str:
                    f"{d.compute / MIB:>10,.0f}{d.total / MIB:>10,.0f}{d.free_bytes / MIB:>11,.0f}"
                    + ("" if d.fits else "  (does not fit)"))
     out.append("  (MiB)")
+    vision = sum(d.projector for d in plan.devices)
+    if vision:
+        out.append(f"  the vision projector takes {fmt_bytes(vision)} of that (weights and "
+                   "compute buffer)")
     if plan.verdict == "wont_fit" and plan.recommended_gpu_layers:
         out.append(f"  fits with --gpu-layers {plan.recommended_gpu_layers}")
     out += [f"  note: {n}" for n in plan.notes]

@@ -5,6 +5,8 @@
     outrider serve --host 0.0.0.0 --api-key KEY      # other machines: a key is required
     outrider serve --port 0 --parent-pid 4242        # as the app's engine: any free port
     outrider serve --saved-kv-gib 16                 # keep more idle chats' KV caches on disk
+    outrider serve --max-models 2 --ttl 600          # models on demand: 2 at once, 10 min idle
+    outrider serve --ollama-port 11434               # also where Ollama's clients look
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from runtime.engine.kv_store import GIB, KvStoreOptions
 from runtime.errors import ModelNotFound, SettingsError
+from runtime.library.projectors import with_projector
 from runtime.paths import user_dirs
 from runtime.settings.load import DraftSettings, LoadSettings
 from runtime.settings.user import MAX_SAVED_KV_GIB
@@ -50,12 +53,27 @@ def register(subparsers: Any) -> None:
                         help="let /api/load open models outside the library")
     parser.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                         help="allow browser pages from ORIGIN (repeatable; default none)")
-    parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    parser.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024,
+                        help="largest request body (default 32 MiB: room for an image)")
+    parser.add_argument("--allow-remote-images", action="store_true",
+                        help="fetch images that requests give as http(s) URLs (default: only "
+                             "data: URIs; a fetch reaches whatever the URL names)")
     parser.add_argument("--max-tokens", type=int, default=8192,
                         help="largest max_tokens a request may ask for")
     parser.add_argument("--saved-kv-gib", type=float, default=4.0, metavar="GIB",
                         help="disk for idle conversations' KV caches, resumed without a "
                              "prefill (default 4; 0 = off)")
+    parser.add_argument("--max-models", type=int, default=4, metavar="N",
+                        help="models resident at once, each loaded when a request names it "
+                             "(default 4; the least recently used idle one makes room)")
+    parser.add_argument("--ttl", type=float, default=3600.0, metavar="SECONDS",
+                        help="unload a model loaded on demand after this long idle "
+                             "(default 3600; a request's ttl / keep_alive overrides; -1 = never)")
+    parser.add_argument("--memory-budget-gib", type=float, metavar="GIB",
+                        help="memory the resident models' plans may take together "
+                             "(default: what is free on this machine)")
+    parser.add_argument("--ollama-port", type=int, metavar="PORT",
+                        help="also serve on PORT (Ollama's clients look at 11434)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"))
     parser.set_defaults(handler=run)
@@ -94,7 +112,7 @@ def load_settings_from_args(args: argparse.Namespace) -> LoadSettings | None:
                         ("flash_attn", "flash_attn"), ("threads", "n_threads")):
         if getattr(args, flag) is not None:
             values[field] = getattr(args, flag)
-    return LoadSettings(**values)
+    return with_projector(LoadSettings(**values))  # a vision model's projector beside it
 
 
 def saved_kv_from_args(args: argparse.Namespace) -> KvStoreOptions | None:
@@ -111,6 +129,20 @@ def saved_kv_from_args(args: argparse.Namespace) -> KvStoreOptions | None:
     return KvStoreOptions(user_dirs().cache / "kv", budget_bytes=int(gib * GIB))
 
 
+def router_from_args(args: argparse.Namespace) -> Any:
+    """The model router's options from --max-models, --ttl and --memory-budget-gib."""
+    from runtime.server.router import RouterOptions
+
+    if args.max_models < 1:
+        raise SettingsError(f"--max-models takes 1 or more, not {args.max_models}")
+    budget = args.memory_budget_gib
+    if budget is not None and budget <= 0:
+        raise SettingsError(f"--memory-budget-gib takes a positive size, not {budget}")
+    return RouterOptions(max_resident=args.max_models,
+                         default_ttl_s=None if args.ttl < 0 else args.ttl,
+                         memory_budget_bytes=None if budget is None else int(budget * GIB))
+
+
 def run(args: argparse.Namespace) -> int:
     # Imported here so `outrider --help` does not pay for FastAPI and uvicorn.
     from runtime.paths import user_dirs
@@ -119,12 +151,16 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_body_bytes < 1024 or args.max_tokens < 1:
         raise SettingsError("--max-body-bytes must be at least 1024 and --max-tokens at least 1")
+    if args.ollama_port is not None and not 0 <= args.ollama_port <= 65535:
+        raise SettingsError(f"--ollama-port must be 0..65535, not {args.ollama_port}")
     options = ServeOptions(
         models_dir=args.models_dir or user_dirs().models, host=args.host, port=args.port,
         api_key=args.api_key or None, parent_pid=args.parent_pid,
         model=load_settings_from_args(args), cors_origins=tuple(args.cors_origin),
         allow_any_path=args.allow_any_path,
         limits=ServerLimits(max_body_bytes=args.max_body_bytes, max_tokens=args.max_tokens,
+                            allow_remote_images=args.allow_remote_images,
                             default_max_tokens=min(2048, args.max_tokens)),
-        log_level=args.log_level, saved_kv=saved_kv_from_args(args))
+        log_level=args.log_level, saved_kv=saved_kv_from_args(args),
+        router=router_from_args(args), ollama_port=args.ollama_port)
     return serve(options)

@@ -46,9 +46,15 @@ class LoadedModel:
     draft: str | None = None  # draft model name, "ngram", or None
     draft_refused: str | None = None  # why a requested draft model was refused
     chat_family: str = "plain"  # the template's tool-call / reasoning family (runtime.chat.families)
-    # What the model can be asked for: "tools" (its family's calls are rendered and parsed),
-    # "reasoning" (its thinking is split from the answer), "structured_output" (always).
-    capabilities: tuple[str, ...] = ("structured_output",)
+    # What the model can be asked for (runtime.chat.families.capabilities): "chat" (it writes
+    # text; an encoder-only model such as BERT does not), "tools" (its family's calls are
+    # rendered and parsed), "reasoning" (its thinking is split from the answer),
+    # "structured_output" (any model that writes), "embeddings" (it can embed).
+    capabilities: tuple[str, ...] = ("chat", "structured_output")
+    # A vision model: its projector's file name, and the tokens one image takes ("vision"
+    # is in capabilities then).
+    projector: str | None = None
+    image_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,12 @@ class EngineAPI(Protocol):
     def special_tokens(self, texts: Any) -> dict[str, int]:
         """Of `texts`, those the loaded model's vocabulary holds as one special (added or
         control) token: text → token id. Raises NoModelLoaded."""
+        ...
+
+    def tokenize(self, text: str, *, add_special: bool = False,
+                 parse_special: bool = False) -> list[int]:
+        """The loaded model's token ids for `text` (what a document costs of the context).
+        Raises NoModelLoaded."""
         ...
 
     def embed(self, inputs: Sequence[EmbeddingInput]) -> Embeddings:

@@ -38,11 +38,12 @@ from runtime.settings.load import LoadSettings
 from runtime.speculative.speculation import Speculation
 
 
-def build_engine(saved_kv: KvStoreOptions | None = None) -> Engine:
+def build_engine(saved_kv: KvStoreOptions | None = None, *, profile: bool = False) -> Engine:
     """A new engine (not started) with drafting, the planner's automatic GPU layers and the
-    load probe; `saved_kv` keeps idle conversations' KV caches on disk (`outrider serve`)."""
+    load probe; `saved_kv` keeps idle conversations' KV caches on disk (`outrider serve`);
+    `profile` times every decode step (`outrider run --profile`)."""
     return Engine(speculation=Speculation(), plan_gpu_layers=auto_gpu_layers, probe=LoadProbe(),
-                  saved_kv=saved_kv)
+                  saved_kv=saved_kv, profile=profile)
 
 
 def auto_gpu_layers(settings: LoadSettings) -> Offload | int | None:

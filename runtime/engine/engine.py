@@ -52,9 +52,12 @@ from runtime.engine.api import EmbeddingInput, Embeddings, EngineMetrics, Engine
 from runtime.engine.chat_template import ChatTemplate
 from runtime.engine.embeddings import Embedder, EmbeddingJob
 from runtime.engine.kv_store import KvStore, KvStoreOptions, cache_key
+from runtime.engine.media_prompt import DRAFTING_OFF, MediaPrompt, prepare_media_prompt
+from runtime.engine.native_step import NativeStep
 from runtime.engine.prompt import PreparedPrompt, answer_budget, prepare_prompt
 from runtime.engine.scheduler import Scheduler, StepReport
 from runtime.engine.sequence import Sequence
+from runtime.engine.step_profile import StepProfile, StepProfiler, profiled
 from runtime.engine.stops import StopMatcher
 from runtime.errors import NoModelLoaded, OutriderError, SettingsError
 from runtime.events import (
@@ -66,6 +69,7 @@ from runtime.events import (
     SamplingParams,
 )
 from runtime.llama.binding import Batch, LlamaContext, LlamaModel, supports_gpu_offload
+from runtime.llama.mtmd import Projector
 from runtime.llama.params import LlamaParams, to_llama_params
 from runtime.planner.gpu_layers import Offload
 from runtime.sampling.constraint import Constraint, ConstraintCompiler
@@ -140,6 +144,7 @@ class _Loaded:
     spec: SpecSetup | None
     compiler: ConstraintCompiler  # structured output for this model's vocabulary
     embedder: Embedder  # /v1/embeddings: its own llama.cpp context, made on first use
+    projector: Projector | None = None  # a vision model's mmproj (images in chats)
     # Preparations (worker threads) using `model` right now; unloading waits for 0.
     leases: int = 0
     closing: bool = False
@@ -176,6 +181,7 @@ class _Prepared:
     sampling: SamplingParams | None = None
     error: ErrorEvent | None = None
     constraint: Constraint | None = None  # compiled here, off the engine thread
+    media: MediaPrompt | None = None  # the prompt's images, tokenized here too
 
 
 @dataclass(frozen=True)
@@ -200,8 +206,10 @@ class Engine:
     def __init__(self, *, speculation: Speculation | None = None,
                  plan_gpu_layers: Callable[[LoadSettings], Offload | int | None] | None = None,
                  probe: Callable[[Path, LlamaParams], None] | None = None,
-                 saved_kv: KvStoreOptions | None = None) -> None:
+                 saved_kv: KvStoreOptions | None = None, profile: bool = False) -> None:
         self._speculation = speculation
+        self._profile = profile  # time each decode step (runtime.engine.step_profile)
+        self._profiler: StepProfiler | None = None
         self._plan_gpu_layers = plan_gpu_layers
         self._probe = probe
         self._saved_kv = saved_kv
@@ -336,6 +344,18 @@ class Engine:
         finally:
             loaded.release()
 
+    def tokenize(self, text: str, *, add_special: bool = False,
+                 parse_special: bool = False) -> list[int]:
+        """The loaded model's token ids for `text`; read-only, any thread, under a lease."""
+        loaded = self._loaded
+        if loaded is None or not loaded.lease():
+            raise NoModelLoaded("no model is loaded; load one first")
+        try:
+            return list(loaded.model.tokenize(text, add_special=add_special,
+                                              parse_special=parse_special))
+        finally:
+            loaded.release()
+
     def embed(self, inputs: Seq[EmbeddingInput]) -> Embeddings:
         """Unit-length vectors for `inputs` (texts or token id lists), computed on the engine
         thread between generation steps (`runtime.engine.embeddings`). Blocks; raises a
@@ -362,6 +382,12 @@ class Engine:
             return
         loaded.embedder.add(job)
 
+    def step_profile(self) -> StepProfile | None:
+        """Where the decode steps' time went since the model loaded (Python, llama_decode,
+        sampling: runtime.engine.step_profile); None unless made with `profile=True`."""
+        profiler = self._profiler
+        return profiler.snapshot() if profiler is not None else None
+
     @property
     def loaded(self) -> LoadedModel | None:
         return self._info if self._state == "ready" else None
@@ -375,10 +401,8 @@ class Engine:
             if (not busy and self._loaded is not None and self._inbox.empty()
                     and self._loaded.scheduler.kv.save_next_idle()):
                 continue  # a finished conversation went to disk (kv_slots); look again
-            try:
-                command = self._inbox.get(block=not busy)
-            except queue.Empty:
-                command = None
+            # Busy: a look, not a wait (and no exception raised per step while it is empty).
+            command = None if busy and self._inbox.empty() else self._inbox.get(block=not busy)
             while command is not None:
                 if command.kind == "stop":
                     self._unload_now()
@@ -432,6 +456,9 @@ class Engine:
             future.set_result(result)
 
     def _step(self, loaded: _Loaded) -> None:
+        profiler = self._profiler
+        if profiler is not None:
+            profiler.begin()
         try:
             report = loaded.scheduler.step()
         except Exception as exc:  # a bug or a llama.cpp surprise: fail the work, keep serving
@@ -451,6 +478,8 @@ class Engine:
                 while self._steps and now - self._steps[0][0] > _METRICS_WINDOW_S:
                     self._steps.popleft()
         self._update_counts(loaded)
+        if profiler is not None:
+            profiler.end(report.decoded, not report.prefilled, loaded.scheduler.has_work())
 
     def _update_counts(self, loaded: _Loaded) -> None:
         sched = loaded.scheduler
@@ -501,14 +530,17 @@ class Engine:
                 store = KvStore(self._saved_kv, key, result.ctx)
             except OSError as exc:  # the file vanished after loading: resume nothing
                 logger.warning("saved KV caches are off for this load: %s", exc)
+        native = NativeStep.for_context(result.ctx, result.spec.verifier if result.spec else None)
+        ctx, self._profiler = (profiled(result.ctx, native, result.spec.stepper if result.spec else None)
+                               if self._profile else (result.ctx, None))
         scheduler = Scheduler(
-            result.ctx, result.model, Batch(result.ctx.n_batch), emit=self._emit,
+            ctx, result.model, Batch(result.ctx.n_batch), emit=self._emit,
             budget=result.ctx.n_batch,
             verifier=result.spec.verifier if result.spec else None,
-            k_max=result.spec.k_max if result.spec else 0, store=store)
+            k_max=result.spec.k_max if result.spec else 0, store=store, native=native)
         self._loaded = _Loaded(result.model, result.ctx, result.info, result.template,
                                scheduler, result.spec, ConstraintCompiler.from_llama(result.model),
-                               Embedder(result.model, params))
+                               Embedder(result.model, params), projector=result.projector)
         self._info, self._template = result.info, result.template
         self._update_counts(self._loaded)
         self._state = "ready"
@@ -529,6 +561,8 @@ class Engine:
             loaded.spec.close()
         loaded.embedder.close()
         loaded.ctx.close()
+        if loaded.projector is not None:
+            loaded.projector.close()
         loaded.model.close()
         self._loaded = None
         self._info = None
@@ -560,14 +594,18 @@ class Engine:
             return
         try:
             n_ctx = loaded.ctx.n_ctx
-            prompt = prepare_prompt(request, loaded.model, loaded.template, n_ctx)
+            media = prepare_media_prompt(request, loaded.model, loaded.template, n_ctx,
+                                         loaded.projector, loaded.info.name)
+            prompt = (media.prompt if media is not None
+                      else prepare_prompt(request, loaded.model, loaded.template, n_ctx))
             kv = loaded.scheduler.kv
             sampling = answer_budget(request.sampling, prompt_len=len(prompt.tokens), n=request.n,
                                      n_ctx=n_ctx, n_slots=kv.n_slots, shares_prefixes=kv.sharing)
             # A schema can take a while to compile (and the first one builds the tokenizer).
             constraint = (loaded.compiler.start(request.constraint)
                           if request.constraint is not None else None)
-            result = _Prepared(loaded, request, handle, prompt, sampling, constraint=constraint)
+            result = _Prepared(loaded, request, handle, prompt, sampling, constraint=constraint,
+                               media=media)
         except BaseException as exc:  # whatever it is, the request's answer
             result = _Prepared(loaded, request, handle, error=_error_event(request.id, exc))
         finally:
@@ -587,8 +625,15 @@ class Engine:
             return
         assert prepared.prompt is not None and prepared.sampling is not None
         loaded = prepared.loaded
-        loaded.scheduler.add(self._sequences(request, prepared.prompt, prepared.sampling, loaded,
-                                             prepared.constraint))
+        seqs = self._sequences(request, prepared.prompt, prepared.sampling, loaded,
+                               prepared.constraint, prepared.media)
+        loaded.scheduler.add(seqs)
+        if prepared.media is not None and loaded.spec is not None:
+            for seq in seqs:  # said once per sample (runtime.engine.media_prompt)
+                self._emit(seq, seq.spec.step_stats(seq.request_id, seq.index, drafted=0,
+                                                    accepted=0, cost_ratio=0.0,
+                                                    measured_speedup=0.0,
+                                                    drafting_off_reason=DRAFTING_OFF))
         if cancelled:
             loaded.scheduler.cancel(request.id)
         self._update_counts(loaded)
@@ -613,7 +658,8 @@ class Engine:
 
     def _sequences(self, request: GenerationRequest, prepared: PreparedPrompt,
                    sampling: SamplingParams, loaded: _Loaded,
-                   constraint: Constraint | None = None) -> list[Sequence]:
+                   constraint: Constraint | None = None,
+                   media: MediaPrompt | None = None) -> list[Sequence]:
         seqs: list[Sequence] = []
         now = time.perf_counter()
         for i in range(request.n):
@@ -626,8 +672,8 @@ class Engine:
                 sampler=Sampler(sampling, seed, own), arrival=now,
                 truncated_tokens=prepared.truncated_tokens,
                 leader=seqs[0] if seqs else None, stops=StopMatcher(sampling.stop),
-                constraint=own, logprobs=request.logprobs)
-            if loaded.spec is not None:
+                constraint=own, logprobs=request.logprobs, media=media)
+            if loaded.spec is not None and media is None:  # no drafting over images
                 seq.drafter = loaded.spec.drafter_for(seq)
             seqs.append(seq)
         return seqs

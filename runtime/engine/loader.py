@@ -7,10 +7,13 @@ stages made, so a failed load leaves nothing behind and the engine can load agai
     probe (runtime.engine.probe, optional: a child loads a new file) → LoadCrashed
     llama_model_load_from_file (with progress)                 → LoadError / UnsupportedArchitecture
     llama_init_from_model (K/V types, flash attention, slots)  → LoadError with llama.cpp's reason
+    the projector, when there is one (runtime.gguf.projector preflight first, then
+    mtmd_init_from_file: runtime.llama.mtmd)             → ModelFileError / LoadError
     chat template (the model's, or ChatML said out loud)
     speculation.attach (draft model / n-gram), optional
 
-What llama.cpp logged while loading gives `LoadedModel.allocated` (its buffer sizes).
+What llama.cpp logged while loading gives `LoadedModel.allocated` (its buffer sizes; the
+projector's under "mmproj.<device> model|compute").
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ from pathlib import Path
 from runtime.chat.families import capabilities
 from runtime.engine.api import LoadedModel
 from runtime.engine.chat_template import ChatTemplate
-from runtime.errors import LoadError, OutriderError
+from runtime.engine.embeddings import pooling_for
+from runtime.errors import EmbeddingsUnsupported, LoadError, OutriderError
 from runtime.gguf.preflight import check_gguf
+from runtime.gguf.projector import check_projector
 from runtime.llama.binding import LlamaContext, LlamaModel
-from runtime.llama.buffers import parse_buffer_sizes
+from runtime.llama.buffers import parse_buffer_sizes, parse_projector_buffers
+from runtime.llama.mtmd import Projector
 from runtime.llama.params import LlamaParams
 from runtime.settings.load import LoadSettings
 from runtime.speculative.api import SpecSetup, Speculation
@@ -38,6 +44,7 @@ class LoadResult:
     info: LoadedModel
     template: ChatTemplate
     spec: SpecSetup | None
+    projector: Projector | None = None
 
 
 def load_model(settings: LoadSettings, params: LlamaParams,
@@ -48,6 +55,8 @@ def load_model(settings: LoadSettings, params: LlamaParams,
     `probe(path, params)` runs after the preflight and before llama.cpp sees the file here."""
     path = settings.model_path
     check_gguf(path)
+    if settings.mmproj_path is not None:
+        check_projector(settings.mmproj_path)
     if probe is not None:
         probe(path, params)
 
@@ -68,9 +77,14 @@ def load_model(settings: LoadSettings, params: LlamaParams,
     except BaseException:
         model.close()
         raise
+    projector: Projector | None = None
     try:
-        return _finish(settings, params, model, ctx, speculation, probe)
+        if settings.mmproj_path is not None:
+            projector = Projector.load(settings.mmproj_path, model, params)
+        return _finish(settings, params, model, ctx, speculation, probe, projector)
     except BaseException:
+        if projector is not None:
+            projector.close()
         ctx.close()
         model.close()
         raise
@@ -78,8 +92,20 @@ def load_model(settings: LoadSettings, params: LlamaParams,
 
 def _finish(settings: LoadSettings, params: LlamaParams, model: LlamaModel, ctx: LlamaContext,
             speculation: Speculation | None,
-            probe: Callable[[Path, LlamaParams], None] | None) -> LoadResult:
+            probe: Callable[[Path, LlamaParams], None] | None,
+            projector: Projector | None = None) -> LoadResult:
     notes = list(params.notes)
+    image_tokens = None
+    allocated = parse_buffer_sizes(model.load_log + ctx.init_log)
+    if projector is not None:
+        image_tokens = check_projector(projector.path).image_tokens
+        allocated.update(parse_projector_buffers(projector.load_log))
+        if projector.non_causal and image_tokens > ctx.n_ubatch:
+            notes.append(f"an image is {image_tokens} tokens but the micro-batch holds "
+                         f"{ctx.n_ubatch}: load with n_ubatch ≥ {image_tokens}, or images "
+                         "are read in pieces that do not see each other whole")
+        if settings.draft.kind != "none":
+            notes.append("drafting is off for prompts with images (the draft cannot see them)")
     template = ChatTemplate.from_model(
         model.chat_template(),
         bos_token=model.token_text(model.bos) if model.bos >= 0 else "",
@@ -126,12 +152,30 @@ def _finish(settings: LoadSettings, params: LlamaParams, model: LlamaModel, ctx:
         chat_template_source=template.source,
         flash_attn=ctx.flash_attn_used(params.flash_attn),
         notes=tuple(notes),
-        allocated=parse_buffer_sizes(model.load_log + ctx.init_log),
+        allocated=allocated,
         draft=spec.draft_name if spec is not None else None,
         draft_refused=draft_refused,
         chat_family=template.family.name,
-        capabilities=capabilities(template.family),
+        capabilities=capabilities(template.family, chat=_writes(model, ctx),
+                                  embeddings=_embeds(model)) + (("vision",) if projector else ()),
+        projector=projector.path.name if projector is not None else None,
+        image_tokens=image_tokens,
     )
     if ctx.n_seq_max < settings.n_parallel:
         raise LoadError(f"llama.cpp gave {ctx.n_seq_max} sequence slots, not {settings.n_parallel}")
-    return LoadResult(model, ctx, info, template, spec)
+    return LoadResult(model, ctx, info, template, spec, projector)
+
+
+def _writes(model: LlamaModel, ctx: LlamaContext) -> bool:
+    """Whether the model generates text: a causal decoder. Not an encoder-only model (BERT,
+    whose attention sees the whole input at once), nor one that needs an encoder pass first
+    (T5), which the engine never makes."""
+    return ctx.causal_attn and not model.has_encoder
+
+
+def _embeds(model: LlamaModel) -> bool:
+    try:
+        pooling_for(model)
+    except EmbeddingsUnsupported:
+        return False
+    return True

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 from collections.abc import Sequence as Seq
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -96,6 +96,13 @@ class Vocab(Protocol):
     def is_eog(self, token: int) -> bool: ...
 
 
+class FastStep(Protocol):
+    """A faster path for a step that is only decoding (runtime.engine.native_step): it
+    returns the step's report, or None to let the Python path below plan and run it."""
+
+    def step(self, sched: Scheduler, t0: float) -> StepReport | None: ...
+
+
 class BatchLike(Protocol):
     n_tokens: int
     n_outputs: int
@@ -115,15 +122,18 @@ class _Entry:
     tokens: list[int]  # fed this step
     row: int  # output row of the last token (-1: none); first row for drafts
     proposal: DraftProposal | None = None
+    media: int = 0  # image positions mtmd evaluated for it before the batch
 
 
-@dataclass(frozen=True)
-class StepReport:
+class StepReport(NamedTuple):  # a tuple: made once per step, ~5x faster than a dataclass
     decoded: int  # tokens generated this step (accepted drafts included)
     prefilled: int  # prompt (or recomputed) tokens evaluated
     seconds: float
     drafted: int = 0
     accepted: int = 0
+    # Sequences that got tokens from one decode (the most, where the native step ran several
+    # decodes back to back: runtime.engine.native_step).
+    width: int = 0
 
 
 class Scheduler:
@@ -133,8 +143,9 @@ class Scheduler:
                  emit: Callable[[Sequence, Event], None], budget: int,
                  verifier: Verifier | None = None, k_max: int = 0,
                  clock: Callable[[], float] = time.perf_counter,
-                 store: SavedPrefixes | None = None) -> None:
+                 store: SavedPrefixes | None = None, native: FastStep | None = None) -> None:
         self.ctx = ctx
+        self.native = native
         self.vocab = vocab
         self.batch = batch
         self.emit = emit
@@ -192,16 +203,21 @@ class Scheduler:
     def step(self) -> StepReport:
         t0 = self.clock()
         self._steps += 1
+        if self.native is not None:
+            report = self.native.step(self, t0)
+            if report is not None:
+                return report
         for _attempt in range(len(self.running) + len(self.waiting) + 2):
             entries = self._plan()
-            if not entries:
+            if not any(e.tokens or e.media for e in entries):  # (an image waiting for cells)
                 if self.running:
                     # Nothing could be scheduled although sequences run: cells are exhausted
                     # by prompts in flight. The oldest keeps going; the newest waits.
                     self._preempt(self._newest())
                     continue
                 return StepReport(0, 0, self.clock() - t0)
-            rc = self.ctx.decode(self.batch)
+            # A step may be all images (evaluated by mtmd while planning): no batch to run.
+            rc = self.ctx.decode(self.batch) if self.batch.n_tokens else 0
             if rc == 0:
                 return self._after_decode(entries, t0)
             if rc == NO_KV_SLOT and len(self.running) > 1:
@@ -269,9 +285,10 @@ class Scheduler:
             n = min(seq.pending, left, kv.free - reserved)
             if n <= 0:
                 continue
-            entries.append(self._prefill_entry(seq, n))
-            left -= n
-            reserved += n
+            entry = self._prefill_entry(seq, n, kv.free - reserved)
+            entries.append(entry)
+            left -= len(entry.tokens) + entry.media
+            reserved += len(entry.tokens)
         while self.waiting and left > 0:
             admitted = self._admit(reserved, n_running=len(self.running))
             if admitted is None:
@@ -279,19 +296,29 @@ class Scheduler:
             n = min(admitted.pending, left, kv.free - reserved)
             if n <= 0:
                 break
-            entries.append(self._prefill_entry(admitted, n))
-            left -= n
-            reserved += n
+            entry = self._prefill_entry(admitted, n, kv.free - reserved)
+            entries.append(entry)
+            left -= len(entry.tokens) + entry.media
+            reserved += len(entry.tokens)
         return entries
 
-    def _prefill_entry(self, seq: Sequence, n: int) -> _Entry:
+    def _prefill_entry(self, seq: Sequence, n: int, room: int) -> _Entry:
+        """Up to `n` pending tokens of `seq` into the batch. With images (runtime.engine.
+        media_prompt) an image that comes next is evaluated now, in `room` free cells, and
+        the text stops before the next image."""
+        if seq.t_scheduled is None:
+            seq.t_scheduled = self.clock()
+        media = 0
+        if seq.media is not None:
+            with self._guarded(seq):
+                media, n = seq.media.prefill(seq, n, room, self.ctx, self.kv, self.budget)
+            if seq.finished:
+                return _Entry(seq, [], -1)
         start = seq.n_computed
         fed = seq.tokens[start:start + n]
         last = start + n == len(seq.tokens)
-        row = self.batch.add_tokens(fed, start, seq.slot, last)
-        if seq.t_scheduled is None:
-            seq.t_scheduled = self.clock()
-        return _Entry(seq, fed, row)
+        row = self.batch.add_tokens(fed, start, seq.slot, last) if fed else -1
+        return _Entry(seq, fed, row, media=media)
 
     def _propose(self, seq: Sequence, room: int) -> DraftProposal | None:
         if seq.drafter is None or self.verifier is None or self.k_max <= 0:
@@ -336,6 +363,9 @@ class Scheduler:
                 return None
             self.waiting.remove(seq)
             seq.slot, reused = taken
+            if seq.media is not None and seq.media.aligned(reused) < reused:
+                reused = seq.media.aligned(reused)  # an image is evaluated whole
+                kv.truncate(seq.slot, reused)
             seq.n_computed = reused
             if not seq.admitted_once:
                 seq.cached_tokens = min(reused, seq.prompt_len)
@@ -352,7 +382,7 @@ class Scheduler:
 
     def _after_decode(self, entries: list[_Entry], t0: float) -> StepReport:
         logits = self.ctx.logits(self.batch.n_outputs) if self.batch.n_outputs else None
-        decoded = prefilled = drafted = accepted = 0
+        decoded = prefilled = drafted = accepted = width = 0
         now = self.clock()
         for entry in entries:
             seq = entry.seq
@@ -365,14 +395,15 @@ class Scheduler:
                     drafted += d
                     accepted += a
                     decoded += a + 1
+                    width += 1
                 continue
             self.kv.append(seq.slot, entry.tokens)
             is_decode = len(entry.tokens) == 1 and seq.n_computed >= seq.prompt_len
             seq.n_computed += len(entry.tokens)
             if not is_decode:
-                prefilled += len(entry.tokens)
+                prefilled += len(entry.tokens) + entry.media
                 if seq.t_first_token is None:
-                    seq.prefill_computed += len(entry.tokens)
+                    seq.prefill_computed += len(entry.tokens) + entry.media
             if entry.row < 0:
                 continue
             assert logits is not None
@@ -380,16 +411,22 @@ class Scheduler:
                 row = logits[entry.row]
                 token = seq.sampler.sample(row, seq.tokens)
                 decoded += 1
-                self._accept(seq, token, from_draft=False, now=now,
-                             logprobs=_NO_LOGPROBS if seq.logprobs is None
-                             else self._logprobs(seq, row, token))
-                drafter = seq.drafter
-                if (is_decode and drafter is not None and not seq.finished
-                        and drafter.off_reason != seq.spec_off_said):
-                    # Drafting switched off (or back on) between rounds: say so once.
-                    seq.spec_off_said = drafter.off_reason
-                    self.emit(seq, self._step_stats(seq, 0, 0))
-        return StepReport(decoded, prefilled, self.clock() - t0, drafted, accepted)
+                width += 1
+                self._sampled(seq, token, row, now, is_decode)
+        return StepReport(decoded, prefilled, self.clock() - t0, drafted, accepted, width)
+
+    def _sampled(self, seq: Sequence, token: int, row: np.ndarray | None, now: float,
+                 is_decode: bool) -> None:
+        """Accept a token sampled from `row` (its logprobs come from that row, when asked);
+        after a decode step, say once when drafting switched off (or back on)."""
+        self._accept(seq, token, from_draft=False, now=now,
+                     logprobs=_NO_LOGPROBS if seq.logprobs is None or row is None
+                     else self._logprobs(seq, row, token))
+        drafter = seq.drafter
+        if (is_decode and drafter is not None and not seq.finished
+                and drafter.off_reason != seq.spec_off_said):
+            seq.spec_off_said = drafter.off_reason
+            self.emit(seq, self._step_stats(seq, 0, 0))
 
     @contextmanager
     def _guarded(self, seq: Sequence) -> Iterator[None]:
@@ -397,14 +434,18 @@ class Scheduler:
         try:
             yield
         except Exception as exc:
-            if isinstance(exc, OutriderError):
-                kind, message = type(exc).__name__, str(exc)
-            else:
-                logger.exception("request %s failed inside a step", seq.request_id)
-                kind = EngineError.__name__
-                message = f"the engine failed on this request: {type(exc).__name__}: {exc}"
-            if not seq.finished:
-                self.fail(seq.request_id, kind, message)
+            self._failed(seq, exc)
+
+    def _failed(self, seq: Sequence, exc: Exception) -> None:
+        """`seq`'s share of the step raised: its request fails with the error, in one line."""
+        if isinstance(exc, OutriderError):
+            kind, message = type(exc).__name__, str(exc)
+        else:
+            logger.error("request %s failed inside a step", seq.request_id, exc_info=exc)
+            kind = EngineError.__name__
+            message = f"the engine failed on this request: {type(exc).__name__}: {exc}"
+        if not seq.finished:
+            self.fail(seq.request_id, kind, message)
 
     def _verify(self, entry: _Entry, logits: np.ndarray, now: float) -> tuple[int, int]:
         seq, proposal = entry.seq, entry.proposal
@@ -412,18 +453,26 @@ class Scheduler:
         k = len(proposal.tokens)
         rows = logits[entry.row:entry.row + k + 1]
         verdict = self.verifier.verify(proposal, rows, seq.sampler, seq.tokens)
-        n_acc = verdict.n_accepted
+        return self._verified(entry, verdict.n_accepted, verdict.tokens, rows, now)
+
+    def _verified(self, entry: _Entry, n_acc: int, tokens: Seq[int], rows: np.ndarray | None,
+                  now: float) -> tuple[int, int]:
+        """Keep a round's verdict: the accepted drafts' cells, then each token in turn (rows:
+        the target's k + 1 rows, for logprobs when asked). Returns (drafted, accepted)."""
+        seq = entry.seq
+        assert seq.drafter is not None
+        k = len(entry.tokens) - 1
         base = seq.n_computed
         self.kv.append(seq.slot, entry.tokens)
         self.kv.truncate(seq.slot, base + 1 + n_acc)  # drop the rejected drafts' cells
         seq.n_computed = base + 1 + n_acc
         seq.spec.record_round(drafted=k, accepted=n_acc)
         seq.drafter.observe(k, n_acc, self.clock() - now)
-        for i, token in enumerate(verdict.tokens):
+        for i, token in enumerate(tokens):
             if seq.finished:  # a stop string, EOS, max_tokens or a complete grammar
                 break
             self._accept(seq, token, from_draft=i < n_acc, now=now,
-                         logprobs=_NO_LOGPROBS if seq.logprobs is None
+                         logprobs=_NO_LOGPROBS if seq.logprobs is None or rows is None
                          else self._logprobs(seq, rows[i], token))
         seq.spec_off_said = seq.drafter.off_reason
         self.emit(seq, self._step_stats(seq, k, n_acc))

@@ -22,7 +22,9 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
+from runtime.engine.media_prompt import MediaPrompt
 from runtime.engine.stops import StopMatcher
 from runtime.events import FinishReason, SamplingParams, Timings
 from runtime.llama.binding import Utf8Stream
@@ -61,6 +63,8 @@ class Sequence:
     drafter: Drafter | None = None  # speculative hook (runtime.speculative.api)
     constraint: Constraint | None = None  # structured output: also sampler.constraint
     logprobs: int | None = None  # top logprobs per token (None: none asked)
+    media: MediaPrompt | None = None  # the prompt's images (runtime.engine.media_prompt)
+    native: Any = None  # how the native step samples it, once known (runtime.engine.native_step)
     finish_reason: FinishReason | None = None
     utf8: Utf8Stream = field(default_factory=Utf8Stream)
     stops: StopMatcher = field(default_factory=lambda: StopMatcher(()))

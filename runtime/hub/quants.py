@@ -17,6 +17,14 @@
   user's context and KV cache types against the memory free now, with its breakdown.
 - The recommendation walks `PREFERRED_QUANTS` from the user's preferred level down (smaller)
   and then up, and takes the first that fits.
+- A vision model's projectors (`mmproj-*.gguf`) are no entries of their own: the repository's
+  preferred one (`runtime.library.projectors.preferred_projector`: F16, else the smallest) is
+  every entry's `projector`, downloaded with it (`download_files`), its weights and compute
+  buffer counted in the fit and its image tokens in the plan's notes:
+
+    >>> e = list_quants(hub, "ggml-org/gemma-3-4b-it-GGUF").entry("Q4_K_M")   # illustrative
+    >>> e.projector.label, [f.name for f in e.download_files]
+    ('vision: projector F16, 812 MiB', ['gemma-3-4b-it-Q4_K_M.gguf', 'mmproj-model-f16.gguf'])
 """
 
 from __future__ import annotations
@@ -35,12 +43,16 @@ from typing import Any, Literal
 from runtime.atomic_file import write_text
 from runtime.errors import OutriderError
 from runtime.gguf.info import ModelInfo
+from runtime.gguf.projector import ProjectorInfo
 from runtime.gguf.remote import read_remote_model_info
 from runtime.hub.client import Hub, RepoDetails, RepoFile
+from runtime.hub.remote_projector import ReadProjector, cached_projector_info
+from runtime.library.projectors import is_projector_name, preferred_projector
 from runtime.paths import user_dirs
 from runtime.planner.devices import list_devices
 from runtime.planner.plan import plan_memory
 from runtime.settings.load import LoadSettings
+from runtime.units import fmt_bytes
 
 # Quality order, best first: what a user may prefer, and where the recommendation walks.
 PREFERRED_QUANTS: tuple[str, ...] = ("Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "IQ4_XS", "Q3_K_M", "Q2_K")
@@ -88,6 +100,48 @@ def group_gguf_files(files: Sequence[RepoFile]) -> list[tuple[RepoFile, ...]]:
 
 
 @dataclass(frozen=True)
+class ProjectorChoice:
+    """The projector a vision model's download brings: the repository's preferred mmproj file."""
+
+    file: RepoFile
+    info: ProjectorInfo | None = None  # from its header; None: unread (a fit without it)
+    error: str | None = None  # why the header could not be read
+    n_available: int = 1  # projectors in the repository
+
+    @property
+    def name(self) -> str:
+        return self.file.name
+
+    @property
+    def size(self) -> int:
+        return self.file.size or 0
+
+    @property
+    def quant(self) -> str | None:
+        return quant_from_name(self.file.name)
+
+    @property
+    def label(self) -> str:
+        """"vision: projector F16, 812 MiB"."""
+        kind = f" {self.quant}" if self.quant else ""
+        return f"vision: projector{kind}, {fmt_bytes(self.size)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.name, "size": self.size, "sha256": self.file.sha256,
+                "quant": self.quant, "image_tokens": self.info.image_tokens if self.info else None,
+                "projector_type": self.info.projector_type if self.info else None,
+                "error": self.error, "n_available": self.n_available}
+
+
+def choose_projector(details: RepoDetails) -> ProjectorChoice | None:
+    """The repository's preferred projector (F16, else the smallest), header unread; None for
+    a repository without one."""
+    found = [f for f in details.gguf_files if is_projector_name(f.name)]
+    chosen = preferred_projector(found, name=lambda f: f.name, size=lambda f: f.size)
+    return None if chosen is None else ProjectorChoice(chosen, n_available=len(found))
+
+
+@dataclass(frozen=True)
 class QuantEntry:
     """One downloadable model of a repository (one file, or all parts of a split model)."""
 
@@ -106,10 +160,25 @@ class QuantEntry:
     fit: dict[str, Any] | None = None  # the planner's full MemoryPlan.to_dict() (the breakdown)
     error: str | None = None  # why the header, or the plan, is missing
     n_parts_expected: int = 1
+    projector: ProjectorChoice | None = None  # a vision model's, downloaded with it
 
     @property
     def complete(self) -> bool:
         return len(self.files) == self.n_parts_expected
+
+    @property
+    def download_files(self) -> tuple[RepoFile, ...]:
+        """What downloading this entry fetches: its files, then its projector's."""
+        return self.files + ((self.projector.file,) if self.projector is not None else ())
+
+    def missing_in(self, folder: Path) -> tuple[RepoFile, ...]:
+        """The download files not in `folder` (the library's `<owner>/<repo>`) at their
+        published size: what a download still fetches (a model already in, its projector not)."""
+        def present(f: RepoFile) -> bool:
+            path = folder / f.name
+            return path.is_file() and (f.size is None or path.stat().st_size == f.size)
+
+        return tuple(f for f in self.download_files if not present(f))
 
     @property
     def summary(self) -> str | None:
@@ -127,6 +196,7 @@ class QuantListing:
     entries: tuple[QuantEntry, ...]
     recommended: QuantEntry | None
     recommended_reason: str
+    projector: ProjectorChoice | None = None  # what each entry of a vision model brings
 
     def entry(self, quant: str) -> QuantEntry:
         """The entry for a quant name ("Q4_K_M", case-insensitive) or a file name."""
@@ -145,30 +215,60 @@ def list_quants(hub: Hub, repo_id: str, revision: str | None = None, *,
                 settings: LoadSettings | None = None, devices: Sequence[Any] | None = None,
                 preferred: str = DEFAULT_PREFERRED, cache_dir: Path | None = None,
                 read_info: ReadInfo | None = None, workers: int = 8,
-                details: RepoDetails | None = None, draft: Any = None) -> QuantListing:
+                details: RepoDetails | None = None, draft: Any = None,
+                read_projector: ReadProjector | None = None) -> QuantListing:
     """List, read and judge every GGUF model of `repo_id` (see the module docstring).
 
-    `draft` (a ModelInfo) is planned alongside each entry, as it would be loaded with it."""
+    `draft` (a ModelInfo) is planned alongside each entry, as it would be loaded with it.
+    `read_info` / `read_projector` (url, headers) read a model's / a projector's header
+    (default: remotely, with range requests)."""
     details = details or hub.repo_details(repo_id, revision)
     if cache_dir is None:
         cache_dir = user_dirs().cache
-    groups = group_gguf_files(details.gguf_files)
+    groups = [g for g in group_gguf_files(details.gguf_files) if not is_projector_name(g[0].name)]
     reader = read_info or read_remote_model_info
     headers = hub.headers()
+    projector = choose_projector(details)
 
     def read(group: tuple[RepoFile, ...]) -> tuple[Any, str | None]:
         return _cached_info(hub, details, group[0].name, headers, reader, cache_dir)
 
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(groups) or 1))) as pool:
+        read_proj = None if projector is None else pool.submit(
+            cached_projector_info, hub, details, projector.name, headers, read_projector,
+            cache_dir)
         infos = list(pool.map(read, groups))
+        if projector is not None and read_proj is not None:
+            proj_info, proj_error = read_proj.result()
+            projector = dataclasses.replace(projector, info=proj_info, error=proj_error)
     if devices is None:
         devices = list(list_devices())
     entries = tuple(
-        _entry(details, group, info, error, settings, devices, draft)
+        _entry(details, group, info, error, settings, devices, draft, projector)
         for group, (info, error) in zip(groups, infos, strict=True)
     )
     recommended, reason = recommend(entries, preferred)
-    return QuantListing(details, entries, recommended, reason)
+    return QuantListing(details, entries, recommended, reason, projector)
+
+
+def entry_by_name(details: RepoDetails, wanted: str) -> QuantEntry | None:
+    """The entry `wanted` names without reading any header: a file (a projector asked for by
+    its name comes alone), or the quant a model's file name claims ("Q4_K_M", any case), with
+    the repository's projector; None when no name matches (`list_quants` then reads headers).
+
+    >>> [f.name for f in entry_by_name(details, "q8_0").download_files]      # illustrative
+    ['gemma-3-4b-it-Q8_0.gguf', 'mmproj-model-f16.gguf']
+    """
+    projector = choose_projector(details)
+    for group in group_gguf_files(details.gguf_files):
+        names = [f.name for f in group]
+        is_projector = is_projector_name(group[0].name)
+        claimed = quant_from_name(group[0].name) or ""
+        if wanted in names or (not is_projector and claimed.upper() == wanted.upper()):
+            return QuantEntry(details.repo_id, details.revision, group[0].name, group,
+                              claimed or wanted, "name", sum(f.size or 0 for f in group),
+                              projector=None if is_projector else projector)
+    return None
 
 
 def recommend(entries: Sequence[QuantEntry], preferred: str = DEFAULT_PREFERRED
@@ -242,8 +342,11 @@ def _info_from_dict(data: dict[str, Any]) -> ModelInfo:
 
 
 def _entry(details: RepoDetails, group: tuple[RepoFile, ...], info: Any, error: str | None,
-           settings: LoadSettings | None, devices: Sequence[Any], draft: Any) -> QuantEntry:
+           settings: LoadSettings | None, devices: Sequence[Any], draft: Any,
+           projector: ProjectorChoice | None = None) -> QuantEntry:
     first = group[0]
+    if _NOT_A_CHAT_MODEL.search(first.name):
+        projector = None  # an imatrix file brings no projector
     m = _SPLIT.match(first.name)
     expected = int(m["count"]) if m else 1
     name = f"{m['prefix']}.gguf" if m else first.name
@@ -254,21 +357,25 @@ def _entry(details: RepoDetails, group: tuple[RepoFile, ...], info: Any, error: 
     if info is None:
         return QuantEntry(details.repo_id, details.revision, name, group,
                           quant_from_name(first.name) or "unknown", "name", size,
-                          error=error or "the header could not be read", n_parts_expected=expected)
+                          error=error or "the header could not be read", n_parts_expected=expected,
+                          projector=projector)
     entry = QuantEntry(
         details.repo_id, details.revision, name, group, str(info.quant), "header", size,
         n_params=int(info.n_params), bits_per_weight=float(info.bits_per_weight),
-        architecture=str(info.architecture), error=error, n_parts_expected=expected)
+        architecture=str(info.architecture), error=error, n_parts_expected=expected,
+        projector=projector)
     return _judge(entry, info, settings, devices, draft)
 
 
 def _judge(entry: QuantEntry, info: Any, settings: LoadSettings | None,
            devices: Sequence[Any], draft: Any) -> QuantEntry:
-    """Run the planner for this entry; its failure leaves the fit unknown."""
+    """Run the planner for this entry (with its projector, when its header was read); its
+    failure leaves the fit unknown."""
     load = settings or LoadSettings(model_path=Path(entry.files[0].name))
-    load = dataclasses.replace(load, model_path=Path(entry.files[0].name))
+    load = dataclasses.replace(load, model_path=Path(entry.files[0].name), mmproj_path=None)
+    projector = entry.projector.info if entry.projector is not None else None
     try:
-        plan = plan_memory(info, load, list(devices), draft)
+        plan = plan_memory(info, load, list(devices), draft, projector=projector)
     except OutriderError as exc:
         return dataclasses.replace(entry, error=str(exc))
     verdict = plan_verdict(plan)

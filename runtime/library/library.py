@@ -13,6 +13,13 @@ Reading a header costs a few MB of I/O for a big vocabulary, so what a scan lear
 (`<cache>/library-index.json`) keyed by path, size and mtime: a changed file is read again.
 A split model (`…-00001-of-0000N.gguf`) is one entry, found by its first part. Only files
 whose name ends in `.gguf` count: partial downloads and half-copied imports never do.
+
+A vision model's projector (`mmproj*.gguf`) is no entry of its own: it is the `projector` of
+the models in its folder (`runtime.library.projectors`, the one pairing rule), and they have
+"vision" among their `capabilities`. A vision model without one says so (`projector_missing`).
+
+    >>> m = lib.find("gemma-3-4b-it-Q4_K_M"); m.projector.name, m.capabilities
+    ('mmproj-model-f16.gguf', ('vision',))
 """
 
 from __future__ import annotations
@@ -35,11 +42,16 @@ from runtime.gguf.info import read_model_info
 from runtime.gguf.preflight import SPLIT_NAME
 from runtime.gguf.verdicts import FILE_NAME as VERDICTS_FILE
 from runtime.gguf.verdicts import VerdictStore
+from runtime.library.projectors import (
+    LMSTUDIO_DIRS,
+    is_projector_name,
+    projector_for,
+    vision_capable,
+)
 from runtime.paths import user_dirs
 
 Source = Literal["library", "hf-cache", "lmstudio"]
 ImportMode = Literal["copy", "move", "link"]
-LMSTUDIO_DIRS = ("~/.lmstudio/models", "~/.cache/lm-studio/models")
 
 # What the index keeps of a ModelInfo (small, JSON-friendly).
 _INFO_KEYS = ("architecture", "name", "quant", "n_params", "n_ctx_train", "n_vocab", "n_tokens",
@@ -59,6 +71,7 @@ class LibraryModel:
     info: dict[str, Any] | None = None  # header facts (_INFO_KEYS); None if unreadable
     error: str | None = None
     failing: str | None = None  # llama.cpp crashed loading it (runtime.gguf.verdicts): why
+    projector: Path | None = None  # a vision model's mmproj beside it (runtime.library.projectors)
 
     @property
     def name(self) -> str:
@@ -78,6 +91,24 @@ class LibraryModel:
     @property
     def architecture(self) -> str | None:
         return None if self.info is None else self.info.get("architecture")
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """What the model can do beyond text, as loaded from the library: ("vision",) with
+        its projector beside it."""
+        return ("vision",) if self.projector is not None else ()
+
+    @property
+    def vision(self) -> bool:
+        """A vision model: it has its projector, or its architecture reads images."""
+        n_params = None if self.info is None else self.info.get("n_params")
+        return self.projector is not None or vision_capable(
+            self.architecture, n_params if isinstance(n_params, int) else None)
+
+    @property
+    def projector_missing(self) -> bool:
+        """A vision model whose projector is not beside it: it reads text only until it is."""
+        return self.vision and self.projector is None
 
 
 ReadInfo = Callable[[Path], Any]
@@ -194,6 +225,7 @@ class Library:
             removed.append(part)
             self._index_data().pop(str(part), None)
         folder = target.path.parent
+        removed += _orphaned_projectors(folder, root)
         while folder != self.models_dir and folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()  # tidy empty <owner>/<repo> folders
             folder = folder.parent
@@ -212,15 +244,18 @@ class Library:
         size = sum(s.st_size for s in stats)
         mtime = max(s.st_mtime for s in stats)
         m = SPLIT_NAME.match(first.name)
+        projector = projector_for(first)
         if m and len(parts) != int(m["count"]):
             return LibraryModel(first, source, size, mtime, parts, repo_id, None,
-                                f"only {len(parts)} of {int(m['count'])} parts are present")
+                                f"only {len(parts)} of {int(m['count'])} parts are present",
+                                projector=projector)
         try:
             info = self._cached_info(first, size, mtime)
         except OutriderError as exc:
-            return LibraryModel(first, source, size, mtime, parts, repo_id, None, str(exc))
+            return LibraryModel(first, source, size, mtime, parts, repo_id, None, str(exc),
+                                projector=projector)
         return LibraryModel(first, source, size, mtime, parts, repo_id, info,
-                            failing=self._verdicts.failing(first))
+                            failing=self._verdicts.failing(first), projector=projector)
 
     def _cached_info(self, first: Path, size: int, mtime: float) -> dict[str, Any]:
         index = self._index_data()
@@ -258,15 +293,35 @@ def _plain(value: Any) -> Any:
 
 
 def _first_parts(paths: Iterable[Path]) -> list[Path]:
-    """The files that stand for a model: single files and the first part of split sets."""
+    """The files that stand for a model: single files and the first part of split sets
+    (a projector is not a model: it belongs to the models beside it)."""
     out = []
     for p in paths:
-        if p.name.startswith(".") or not p.is_file():
+        if p.name.startswith(".") or is_projector_name(p.name) or not p.is_file():
             continue
         m = SPLIT_NAME.match(p.name)
         if m is None or int(m["no"]) == 1:
             out.append(p)
     return out
+
+
+def _orphaned_projectors(folder: Path, root: Path) -> list[Path]:
+    """Delete the projectors of a library folder no model is left in (the pair goes together);
+    the paths deleted."""
+    if root not in folder.absolute().parents:
+        return []
+    try:
+        files = [p for p in folder.iterdir() if p.name.lower().endswith(".gguf")]
+    except OSError:
+        return []
+    if any(not is_projector_name(p.name) for p in files):
+        return []  # another model of the folder still uses them
+    removed = []
+    for p in files:
+        with contextlib.suppress(OSError):
+            p.unlink()
+            removed.append(p)
+    return removed
 
 
 def _parts_of(first: Path, strict: bool = True) -> tuple[Path, ...]:

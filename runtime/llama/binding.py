@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import llama_cpp.llama_cpp as L
 import numpy as np
@@ -95,6 +96,12 @@ class LlamaLog:
                     logger.debug("[%s] %s", logging.getLevelName(py_level), line)
         except Exception:  # a callback must never raise into C
             pass
+
+    @property
+    def callback(self) -> Any:
+        """The C callback itself, for the libraries that log through their own hook (libmtmd:
+        `runtime.llama.mtmd`); it lives as long as this receiver."""
+        return self._callback
 
     @contextmanager
     def capture(self) -> Iterator[list[str]]:
@@ -503,6 +510,8 @@ class LlamaContext:
         self.swa_window = 0 if params.swa_full else model.n_swa
         self.memory = L.llama_get_memory(ptr)  # NULL (0) for encoders: no KV cache
         self.pooling = int(L.llama_pooling_type(ptr))  # POOLING_*, as llama.cpp resolved it
+        # False for an encoder (BERT) or a diffusion model: it cannot write token by token.
+        self.causal_attn = bool(L.llama_get_causal_attn(ptr))
         self._view_key: tuple[int, int] = (0, 0)
         self._view: np.ndarray = np.zeros((0, self.n_vocab), dtype=np.float32)
 

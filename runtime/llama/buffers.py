@@ -16,6 +16,18 @@ model and creating a context:
 
 Sizes are logged in MiB with two decimals, so each is exact to about ±5 KiB. A cache made
 of two parts (sliding-window models log a SWA and a non-SWA KV buffer) adds up under one key.
+
+A vision projector (libmtmd's clip) logs its own, in other words:
+
+    clip_ctx: CLIP using CPU backend
+    load_hparams: model size:         0.36 MiB
+    reserve_compute_meta:        CPU compute buffer size =     0.31 MiB
+
+    >>> parse_projector_buffers(clip_log)
+    {'mmproj.CPU model': 377487, 'mmproj.CPU compute': 325059}
+
+The "mmproj." prefix keeps them apart from the text model's buffers of the same device;
+`buffer_totals` and `device_of` read them like the others.
 """
 
 from __future__ import annotations
@@ -41,6 +53,27 @@ def parse_buffer_sizes(log_text: str) -> dict[str, int]:
     return sizes
 
 
+_CLIP_BACKEND = re.compile(r"CLIP using (?P<backend>[A-Za-z0-9_]+) backend")
+_CLIP_WEIGHTS = re.compile(r"model size:\s*(?P<mib>[0-9.]+)\s*MiB")
+_CLIP_COMPUTE = re.compile(r"(?P<buffer>[A-Za-z0-9_]+)\s+compute buffer size\s*=\s*"
+                           r"(?P<mib>[0-9.]+)\s*MiB")
+
+
+def parse_projector_buffers(log_text: str) -> dict[str, int]:
+    """Bytes per "mmproj.<buffer> <kind>" in what clip logged while loading a projector. A
+    compute buffer reserved twice (the warmup retries without flash attention) counts once,
+    at its last size."""
+    sizes: dict[str, int] = {}
+    backends = _CLIP_BACKEND.findall(log_text)
+    weights = _CLIP_WEIGHTS.search(log_text)
+    if weights is not None:
+        device = backends[-1] if backends else "CPU"
+        sizes[f"mmproj.{device} model"] = round(float(weights["mib"]) * (1 << 20))
+    for match in _CLIP_COMPUTE.finditer(log_text):
+        sizes[f"mmproj.{match['buffer']} compute"] = round(float(match["mib"]) * (1 << 20))
+    return sizes
+
+
 def buffer_totals(sizes: dict[str, int]) -> dict[str, int]:
     """Sum `parse_buffer_sizes` output into weights / kv / compute, over all devices."""
     totals = {"weights": 0, "kv": 0, "compute": 0}
@@ -52,8 +85,10 @@ def buffer_totals(sizes: dict[str, int]) -> dict[str, int]:
 def device_of(buffer: str) -> str:
     """Which device a buffer lives on: "CUDA0" → "cuda:0", "MTL0" → "metal:0", host → "cpu".
 
-    Host buffers of a GPU backend ("CUDA_Host", "CPU_Mapped", "CPU_REPACK") are RAM.
+    Host buffers of a GPU backend ("CUDA_Host", "CPU_Mapped", "CPU_REPACK") are RAM; a
+    projector's ("mmproj.CUDA0") live where the same name says.
     """
+    buffer = buffer.removeprefix("mmproj.")
     if match := re.fullmatch(r"CUDA(\d+)", buffer):
         return f"cuda:{match[1]}"
     if match := re.fullmatch(r"(?:MTL|Metal)(\d*)", buffer):

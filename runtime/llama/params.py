@@ -25,12 +25,10 @@ the window, so reusing prefixes needs care (`runtime.engine.kv_slots`).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-import psutil
-
 from runtime.gguf.info import EXPERT_TENSOR
+from runtime.openmp import physical_cores
 from runtime.planner.plan import decode_batch
 from runtime.settings.load import LoadSettings
 
@@ -113,7 +111,7 @@ def default_threads(cpu_count: int | None = None) -> int:
     4
     """
     if cpu_count is None:
-        cpu_count = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+        cpu_count = physical_cores()  # one owner: runtime.openmp sizes its spin by it
     return max(1, cpu_count)
 
 

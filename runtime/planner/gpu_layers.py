@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from runtime.errors import OutriderError, SettingsError
 from runtime.gguf.info import ModelInfo, read_model_info
+from runtime.gguf.projector import read_projector_info
 from runtime.planner.devices import Device
 from runtime.planner.plan import MemoryPlan, plan_memory
 from runtime.settings.load import LoadSettings
@@ -67,7 +68,9 @@ def _plan(settings: LoadSettings,
         draft = None
         if settings.draft.kind == "model" and settings.draft.model_path is not None:
             draft = read_model_info(settings.draft.model_path)
-        return info, plan_memory(info, settings, devices, draft=draft)
+        projector = (read_projector_info(settings.mmproj_path)
+                     if settings.mmproj_path is not None else None)
+        return info, plan_memory(info, settings, devices, draft=draft, projector=projector)
     except SettingsError:
         raise  # the settings are wrong for this model or machine (a split over absent GPUs)
     except (OutriderError, OSError, ValueError) as exc:

@@ -28,6 +28,9 @@ llama-context.cpp of the vendored build):
   the compute buffers llama.cpp reports for SmolLM2, the two tiny test models and five
   more generated shapes (tests/engine/test_planner_calibration.py; docs/benchmarks.md).
 - overhead: RAM outside those buffers (vocabulary tables), `host_overhead`, fitted to RSS.
+- a vision projector (`projector`, the mmproj of `LoadSettings.mmproj_path`): its weights and
+  compute buffer (`runtime.planner.projector`) on the first GPU when the model has layers
+  there, else in RAM; `image_tokens` says what one image takes of the context.
 
 GPU figures follow the same formulas plus `GPU_RUNTIME_OVERHEAD` per CUDA device (context,
 cuBLAS workspace); they are not calibrated on a GPU yet.
@@ -42,7 +45,9 @@ from typing import Any, Literal
 from runtime.errors import SettingsError
 from runtime.gguf.constants import GGML_TYPES
 from runtime.gguf.info import ModelInfo
+from runtime.gguf.projector import ProjectorInfo
 from runtime.planner.devices import Device, list_devices
+from runtime.planner.projector import projector_bytes
 from runtime.settings.load import LoadSettings
 from runtime.units import fmt_bytes
 
@@ -73,6 +78,7 @@ class DeviceUsage:
     compute: int
     overhead: int = 0
     draft: int = 0
+    projector: int = 0  # the part of weights + compute that is the vision projector
 
     @property
     def total(self) -> int:
@@ -101,6 +107,7 @@ class MemoryPlan:
     swa_layers: int = 0  # sliding-window blocks holding fewer cells than the context
     swa_cells: int = 0  # cells each of them keeps (window·n_seq + ubatch, padded to 256)
     n_blocks: int = 0  # transformer blocks (n_layers counts the output layer too)
+    image_tokens: int = 0  # context tokens one image takes (0: no projector)
 
     @property
     def weights(self) -> int:
@@ -244,7 +251,8 @@ def flash_attn_on(settings: LoadSettings) -> bool:
 
 
 def plan_memory(info: ModelInfo, settings: LoadSettings, devices: list[Device] | None = None,
-                draft: ModelInfo | None = None, *, swa_full: bool = False) -> MemoryPlan:
+                draft: ModelInfo | None = None, *, swa_full: bool = False,
+                projector: ProjectorInfo | None = None) -> MemoryPlan:
     """Plan `info` loaded with `settings` against the free memory of `devices` (pure, given
     devices; None lists this machine's now).
 
@@ -259,26 +267,26 @@ def plan_memory(info: ModelInfo, settings: LoadSettings, devices: list[Device] |
     check_gpu_split(settings, gpus)
     if settings.cpu_moe == "auto":
         settings = dataclasses.replace(
-            settings, cpu_moe=_fit_cpu_moe(info, settings, cpu, gpus, draft, swa_full))
+            settings, cpu_moe=_fit_cpu_moe(info, settings, cpu, gpus, draft, swa_full, projector))
     n_cpu_moe = settings.cpu_moe_layers(info.block_count) if info.is_moe else 0
     n_layers = info.n_layers_offloadable
     notes: list[str] = []
     if settings.gpu_layers is None:
         candidates = list(range(n_layers, -1, -1)) if gpus else [0]
         chosen = next((n for n in candidates
-                       if _fits(_usage(info, settings, n, cpu, gpus, draft, swa_full))), None)
+                       if _fits(_usage(info, settings, n, cpu, gpus, draft, swa_full, projector))), None)
         recommended = chosen or 0
         if chosen is None:  # nothing fits: show the split that allows the longest context
             chosen = max(candidates, key=lambda n: _max_context(info, settings, n, cpu, gpus,
-                                                                draft, swa_full))
+                                                                draft, swa_full, projector))
     else:
         chosen = min(settings.gpu_layers, n_layers)
         if chosen and not gpus:
             notes.append(f"{settings.gpu_layers} GPU layers asked for, but there is no GPU")
             chosen = 0
         recommended = next((n for n in (range(n_layers, -1, -1) if gpus else [0])
-                            if _fits(_usage(info, settings, n, cpu, gpus, draft, swa_full))), 0)
-    usage = _usage(info, settings, chosen, cpu, gpus, draft, swa_full)
+                            if _fits(_usage(info, settings, n, cpu, gpus, draft, swa_full, projector))), 0)
+    usage = _usage(info, settings, chosen, cpu, gpus, draft, swa_full, projector)
     fits = _fits(usage)
     if not fits:
         verdict: Verdict = "wont_fit"
@@ -296,15 +304,26 @@ def plan_memory(info: ModelInfo, settings: LoadSettings, devices: list[Device] |
     if settings.n_ctx > info.n_ctx_train > 0:
         notes.append(f"context {settings.n_ctx:,} is beyond the {info.n_ctx_train:,} tokens "
                      "the model was trained on")
+    if projector is not None:
+        notes.append(image_note(projector, settings.n_ctx))
     return MemoryPlan(
         verdict=verdict, gpu_layers=chosen, n_layers=n_layers,
         recommended_gpu_layers=recommended, n_ctx=settings.n_ctx,
         kv_cells=kv_cells(settings.n_ctx),
-        max_context=_max_context(info, settings, chosen, cpu, gpus, draft, swa_full),
+        max_context=_max_context(info, settings, chosen, cpu, gpus, draft, swa_full, projector),
         kv_bytes_per_token=kv_bytes_per_token(info, settings.type_k, settings.type_v),
         flash_attn=flash_attn_on(settings), n_ubatch=_ubatch(settings),
         devices=tuple(usage), notes=tuple(notes), cpu_moe_layers=n_cpu_moe,
+        image_tokens=projector.image_tokens if projector is not None else 0,
         **_swa_shape(info, settings, swa_full))
+
+
+def image_note(projector: ProjectorInfo, n_ctx: int) -> str:
+    """What images cost of the context: "each image takes 256 tokens (16 fit in 4,096)"."""
+    n = projector.image_tokens
+    about = "" if projector.image_tokens_exact else "about "
+    fit = f" ({n_ctx // n:,} fit in {n_ctx:,})" if n else ""
+    return f"each image takes {about}{n:,} tokens of the context{fit}"
 
 
 def _swa_shape(info: ModelInfo, settings: LoadSettings, swa_full: bool) -> dict[str, int]:
@@ -318,25 +337,27 @@ def _swa_shape(info: ModelInfo, settings: LoadSettings, swa_full: bool) -> dict[
 
 def max_context(info: ModelInfo, settings: LoadSettings, devices: list[Device] | None = None,
                 draft: ModelInfo | None = None, gpu_layers: int | None = None,
-                *, swa_full: bool = False) -> int:
+                *, swa_full: bool = False, projector: ProjectorInfo | None = None) -> int:
     """The largest context (a multiple of 256, up to the training context or the asked one,
     whichever is larger) that fits with `gpu_layers` (default: the plan's); 0 if none."""
     if devices is None:
         devices = list_devices()
     cpu, gpus = _split_devices(devices)
     if gpu_layers is None or settings.cpu_moe == "auto":
-        plan = plan_memory(info, settings, devices, draft, swa_full=swa_full)
+        plan = plan_memory(info, settings, devices, draft, swa_full=swa_full,
+                           projector=projector)
         gpu_layers = plan.gpu_layers if gpu_layers is None else gpu_layers
         settings = dataclasses.replace(settings, cpu_moe=plan.cpu_moe_layers)
     return _max_context(info, settings, min(gpu_layers, info.n_layers_offloadable) if gpus else 0,
-                        cpu, gpus, draft, swa_full)
+                        cpu, gpus, draft, swa_full, projector)
 
 
 def _max_context(info: ModelInfo, settings: LoadSettings, gpu_layers: int, cpu: Device,
-                 gpus: list[Device], draft: ModelInfo | None, swa_full: bool) -> int:
+                 gpus: list[Device], draft: ModelInfo | None, swa_full: bool,
+                 projector: ProjectorInfo | None = None) -> int:
     def fits(n_ctx: int) -> bool:
         trial = dataclasses.replace(settings, n_ctx=n_ctx)
-        return _fits(_usage(info, trial, gpu_layers, cpu, gpus, draft, swa_full))
+        return _fits(_usage(info, trial, gpu_layers, cpu, gpus, draft, swa_full, projector))
 
     lo, hi = 0, max(info.n_ctx_train, settings.n_ctx, KV_CELL_PAD) // KV_CELL_PAD
     while lo < hi:  # the largest k with fits(256·k); memory grows with the context
@@ -349,7 +370,8 @@ def _max_context(info: ModelInfo, settings: LoadSettings, gpu_layers: int, cpu: 
 
 
 def _fit_cpu_moe(info: ModelInfo, settings: LoadSettings, cpu: Device, gpus: list[Device],
-                 draft: ModelInfo | None, swa_full: bool) -> int:
+                 draft: ModelInfo | None, swa_full: bool,
+                 projector: ProjectorInfo | None = None) -> int:
     """"Auto" experts in RAM, as llama.cpp's --fit (common/fit.cpp) chooses them: every layer
     on the GPU(s) (or the layers asked for) with the experts of as few leading blocks in
     RAM as the chosen context allows; when not even all of them in RAM lets every layer
@@ -364,7 +386,7 @@ def _fit_cpu_moe(info: ModelInfo, settings: LoadSettings, cpu: Device, gpus: lis
     layers = info.n_layers_offloadable if settings.gpu_layers is None else settings.gpu_layers
     for n in range(info.block_count + 1):  # memory falls as n grows: the first fit is the most
         trial = dataclasses.replace(settings, cpu_moe=n)
-        if _fits(_usage(info, trial, layers, cpu, gpus, draft, swa_full)):
+        if _fits(_usage(info, trial, layers, cpu, gpus, draft, swa_full, projector)):
             return n
     return info.block_count
 
@@ -443,7 +465,8 @@ def _layer_devices(info: ModelInfo, gpu_layers: int, gpus: list[Device],
 
 
 def _usage(info: ModelInfo, settings: LoadSettings, gpu_layers: int, cpu: Device,
-           gpus: list[Device], draft: ModelInfo | None, swa_full: bool) -> list[DeviceUsage]:
+           gpus: list[Device], draft: ModelInfo | None, swa_full: bool,
+           projector: ProjectorInfo | None = None) -> list[DeviceUsage]:
     ub = _ubatch(settings)
     flash = flash_attn_on(settings)
     cells = kv_cells(settings.n_ctx)
@@ -482,14 +505,22 @@ def _usage(info: ModelInfo, settings: LoadSettings, gpu_layers: int, cpu: Device
         kv[dev] += draft_kv
         compute[dev] += draft_compute
 
+    vision = [0] * n_dev
+    if projector is not None:
+        dev = 0 if gpus and gpu_layers > 0 else -1  # mtmd's use_gpu: the first GPU
+        proj_weights, proj_compute = projector_bytes(projector, flash_attn=flash)
+        weights[dev] += proj_weights
+        compute[dev] += proj_compute
+        vision[dev] = proj_weights + proj_compute
+
     usage = []
     for i, gpu in enumerate(gpus):
         used = weights[i] or kv[i] or compute[i]
         overhead = GPU_RUNTIME_OVERHEAD if used and gpu.kind == "cuda" else 0
         usage.append(DeviceUsage(gpu.id, gpu.name, gpu.kind, gpu.free_bytes, gpu.total_bytes,
-                                 weights[i], kv[i], compute[i], overhead, extra[i]))
+                                 weights[i], kv[i], compute[i], overhead, extra[i], vision[i]))
     usage.append(DeviceUsage(cpu.id, cpu.name, cpu.kind, cpu.free_bytes, cpu.total_bytes,
-                             weights[-1], kv[-1], compute[-1], host, extra[-1]))
+                             weights[-1], kv[-1], compute[-1], host, extra[-1], vision[-1]))
     return usage
 
 

@@ -15,8 +15,9 @@ per token for a 10-field object schema on SmolLM2's 49k vocabulary). Three piece
   vocabulary (built once, on the first constrained request: ~0.5 s for 49k tokens) and a
   small LRU of compiled grammars keyed by the spec, so the second request with a schema
   pays only a copy.
-- `Constraint` — one per sequence: `allowed()` is the bool mask of the tokens that may come
-  next (None: anything), `advance(token)` after a token is accepted (`try_advance` for a
+- `Constraint` — one per sequence: `mask()` is the `TokenMask` (runtime.sampling.token_mask)
+  of the tokens that may come next (None: anything; `allowed()` the same as a bool array),
+  `advance(token)` after a token is accepted (`try_advance` for a
   draft token that may be refused), `rollback(n)` for rejected drafts, `fork()` for the
   other samples of n > 1, and `done` once the grammar is complete and nothing but the end
   may follow (the scheduler then finishes with "stop").
@@ -37,6 +38,8 @@ across the point where the trigger fired.
 
 Masks are cached per position along the path of tokens they were computed for: a draft
 model computes the masks while it drafts, the verifier meets the same states again for free.
+And the same mask met at another position (or by another sequence of the model) is the same
+`TokenMask` object, from the compiler's `MaskTable`.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from runtime.sampling.grammar import (
     matcher_error,
     one_line,
 )
+from runtime.sampling.token_mask import MaskTable, TokenMask
 
 __all__ = ["CACHE_SIZE", "Constraint", "ConstraintCompiler", "check_spec"]
 
@@ -94,6 +98,7 @@ class ConstraintCompiler:
         self._tokenizer = None if callable(tokenizer) else tokenizer
         self._n_vocab = n_vocab
         self._pieces: list[bytes] = []
+        self._table: MaskTable | None = None
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[str, str], llguidance.LLMatcher] = OrderedDict()
 
@@ -107,7 +112,7 @@ class ConstraintCompiler:
 
         return cls(make, model.n_vocab)
 
-    def _vocabulary(self) -> tuple[llguidance.LLTokenizer, list[bytes], int]:
+    def _vocabulary(self) -> tuple[llguidance.LLTokenizer, list[bytes], MaskTable]:
         with self._lock:
             if self._tokenizer is None:
                 assert self._make is not None
@@ -116,11 +121,13 @@ class ConstraintCompiler:
             if not self._pieces:
                 # decode_bytes gives special tokens' text too (what the trigger search reads)
                 self._pieces = [tok.decode_bytes([t]) for t in range(tok.vocab_size)]
-            return tok, self._pieces, self._n_vocab or tok.vocab_size
+            if self._table is None:
+                self._table = MaskTable(self._n_vocab or tok.vocab_size)
+            return tok, self._pieces, self._table
 
     def start(self, spec: ConstraintSpec) -> Constraint:
         """A fresh constraint for one sequence; raises ConstraintError."""
-        tok, pieces, n_vocab = self._vocabulary()
+        tok, pieces, table = self._vocabulary()
         key = (spec.kind, spec.source)
         with self._lock:
             template = self._cache.get(key)
@@ -139,7 +146,7 @@ class ConstraintCompiler:
                     self._cache.popitem(last=False)
                 matcher = template.deep_copy()
         trigger = spec.trigger.encode("utf-8") if spec.trigger else None
-        return Constraint(matcher, tok, pieces, n_vocab, trigger)
+        return Constraint(matcher, tok, pieces, table, trigger)
 
 
 def _llama_tokenizer(vocab: Any, n_vocab: int, eos: list[int]) -> llguidance.LLTokenizer:
@@ -172,18 +179,17 @@ class Constraint:
     """The grammar state of one sequence (see the module docstring)."""
 
     def __init__(self, matcher: llguidance.LLMatcher, tokenizer: llguidance.LLTokenizer,
-                 pieces: list[bytes], n_vocab: int, trigger: bytes | None) -> None:
+                 pieces: list[bytes], table: MaskTable, trigger: bytes | None) -> None:
         self._matcher = matcher
         self._tok = tokenizer
         self._pieces = pieces
-        self._n_vocab = n_vocab
+        self._table = table
         self._trigger = trigger
         self._tokens: list[int] = []  # every advance, in order
         self._fed: list[int] = []  # matcher tokens each advance consumed (0: free text)
         self._fired_at: int | None = None if trigger else -1  # advance that fired the trigger
         self._text = bytearray()  # lazy only: the text generated before the trigger fired
-        # position -> (mask, the ids it allows), along _mask_path
-        self._masks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._masks: dict[int, TokenMask] = {}  # position -> its mask, along _mask_path
         self._mask_path: list[int] = []
         self._bits = allocate_token_bitmask(1, tokenizer.vocab_size)
 
@@ -197,18 +203,22 @@ class Constraint:
         """The grammar is complete and allows nothing more but the end of the text."""
         return self.active and self._matcher.is_stopped()
 
+    def mask(self) -> TokenMask | None:
+        """The tokens that may come next; None while free (shared: read-only)."""
+        return self._entry()
+
     def allowed(self) -> np.ndarray | None:
         """Bool mask (n_vocab,) of the tokens that may come next; None while free. Read-only
         (shared with the cache)."""
         entry = self._entry()
-        return None if entry is None else entry[0]
+        return None if entry is None else entry.as_bool()
 
     def allowed_ids(self) -> np.ndarray | None:
         """The same as the ids it allows (ascending int64; read-only), None while free."""
         entry = self._entry()
-        return None if entry is None else entry[1]
+        return None if entry is None else entry.allowed_ids()
 
-    def _entry(self) -> tuple[np.ndarray, np.ndarray] | None:
+    def _entry(self) -> TokenMask | None:
         if not self.active:
             return None
         depth = len(self._tokens)
@@ -218,14 +228,10 @@ class Constraint:
         fill_next_token_bitmask(self._matcher, self._bits)
         if self._matcher.is_error():
             raise ConstraintError(matcher_error(self._matcher.get_error()))
-        mask = np.unpackbits(self._bits.view(np.uint8), bitorder="little",
-                             count=self._n_vocab).view(np.bool_)
-        ids = np.flatnonzero(mask)
-        if not ids.size:
+        entry = self._table.get(self._bits)
+        if not entry.count:
             raise ConstraintError("the grammar allows no token here")
-        mask.flags.writeable = False
-        ids.flags.writeable = False
-        self._masks[depth] = entry = (mask, ids)
+        self._masks[depth] = entry
         self._masks.pop(depth - _MASK_HISTORY, None)
         return entry
 
@@ -254,15 +260,27 @@ class Constraint:
 
     def try_advance(self, token: int) -> bool:
         """Advance when the grammar allows `token` here; False (state unchanged) when it
-        does not — how drafters and the verifier step through draft tokens tentatively."""
-        mask = self.allowed()
-        if mask is not None and not (0 <= token < mask.size and mask[token]):
-            return False
+        does not — how drafters and the verifier step through draft tokens tentatively.
+
+        No mask is computed: the parser is asked about this one token (~2 µs, where a mask
+        costs 30-200 µs). The parser accepts a few tokens the mask leaves out (a prefix of a
+        forced key, such as "c" where the key "city" must come), so a draft may step through
+        one the sampler would never pick; the verifier's row there has p = 0 for it, it is
+        rejected there, and the rows after it are never read."""
         try:
             self.advance(token)
-        except ConstraintError:  # a lazy trigger followed by text the grammar refuses
+        except ConstraintError:  # refused, or a lazy trigger followed by text that does not fit
             return False
         return True
+
+    def forced(self) -> list[int]:
+        """The tokens every continuation from here begins with (llguidance's fast-forward
+        tokens: the forced bytes, tokenized, short of where the next token could merge
+        differently); [] while free or when nothing is forced. After `{"name": "Ann", ` in
+        an object whose next key is "city", the tokens of `"city": "`. Free drafts."""
+        if not self.active or self._matcher.is_stopped():
+            return []
+        return list(self._matcher.compute_ff_tokens())
 
     def _advance_free(self, token: int) -> int:
         """Lazy, before the trigger: record the text; fire when the trigger appears."""
@@ -326,7 +344,7 @@ class Constraint:
 
     def fork(self) -> Constraint:
         """An independent copy in the same state (another sample of the same request)."""
-        twin = Constraint(self._matcher.deep_copy(), self._tok, self._pieces, self._n_vocab,
+        twin = Constraint(self._matcher.deep_copy(), self._tok, self._pieces, self._table,
                           self._trigger)
         twin._tokens = list(self._tokens)
         twin._fed = list(self._fed)

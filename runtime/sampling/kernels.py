@@ -44,6 +44,7 @@ def apply_penalties(
             or last_n == 0 or not history:
         return logits
     recent = np.asarray(history[-last_n:], dtype=np.int64)
+    recent = recent[recent >= 0]  # an image's positions (negative placeholders) are no tokens
     ids, counts = np.unique(recent, return_counts=True)
     out = logits.copy()
     values = out[ids]

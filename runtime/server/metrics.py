@@ -54,7 +54,7 @@ def metrics_snapshot(engine: EngineAPI, plan: Any = None) -> dict[str, Any]:
     """One `/api/metrics` answer (shape in docs/api.md)."""
     rates = to_jsonable(engine.metrics())
     snapshot: dict[str, Any] = {"time": time.time(), "devices": device_snapshot(plan),
-                                "engine_rss_bytes": engine_rss_bytes()}
+                                "engine_rss_bytes": engine_rss_bytes(getattr(engine, "pid", None))}
     snapshot.update(rates)
     return snapshot
 

@@ -16,6 +16,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime.server.error_responses import error_response
+from runtime.server.router import LEASES
 
 OPEN_PATHS = frozenset({"/health"})
 
@@ -193,3 +194,19 @@ class BodyLimitMiddleware:
             413, f"request body is larger than the server's limit of {self.max_bytes} bytes",
             code="request_too_large", headers={"Connection": "close"})
         await response(scope, receive, send)
+
+
+class ReleaseLeasesMiddleware:
+    """Releases the router leases a request took (`runtime.server.router`) once its response
+    is sent, however it ends: a stream runs to its end inside the app call, and an error or
+    a client leaving ends that call too."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            for lease in scope.get("state", {}).pop(LEASES, []):
+                lease.release()

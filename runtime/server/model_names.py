@@ -18,13 +18,13 @@ owner/repo:QUANT` matches), else its header's. Case does not matter for the quan
     >>> ollama_name(None, "tiny.gguf", "F32"), bare_name("hf.co/owner/repo:latest")
     ('tiny', 'owner/repo')
 
-This server holds one model: a name that resolves to another library model is a 404 that says
-it is not loaded (POST /api/load loads it); a name that resolves to nothing is a 404 listing
-the names that do.
+A name that resolves to a library model that is not resident is loaded just in time
+(`runtime.server.router`); a name that resolves to nothing is a 404 listing the names that do.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +32,6 @@ from runtime.engine.api import LoadedModel
 from runtime.errors import ModelNotFound, shown
 from runtime.hub.quants import quant_from_name
 from runtime.library.library import Library, LibraryModel
-from runtime.server.state import ServerState
 
 MAX_LISTED = 12  # names an unknown-model error lists (the line stays readable)
 _HUB_PREFIXES = ("hf.co/", "huggingface.co/", "https://huggingface.co/")
@@ -92,49 +91,48 @@ def _library_entry(model: LibraryModel) -> NamedModel:
 
 
 class ModelNames:
-    """Resolves names against the served model and the library (`state.models_dir`)."""
+    """Resolves names against the resident models (`resident`, the router's) and the library
+    in `models_dir`."""
 
-    def __init__(self, state: ServerState) -> None:
-        self.state = state
+    def __init__(self, models_dir: Path,
+                 resident: Callable[[], list[NamedModel]] = list) -> None:
+        self.models_dir = models_dir
+        self.resident = resident
 
     def library(self) -> list[LibraryModel]:
         """The library's readable models (reads headers the index has not cached: call it
         off the event loop)."""
-        return [m for m in Library(self.state.models_dir).scan() if m.error is None]
+        return [m for m in Library(self.models_dir).scan() if m.error is None]
 
     def listing(self) -> list[NamedModel]:
-        """The served model first (under its library name when it is in the library), then
-        the rest of the library."""
-        loaded = self.state.engine.status().model
+        """The resident models first (under their library names when they are in the
+        library), then the rest of the library."""
         entries = [_library_entry(model) for model in self.library()]
-        if loaded is None:
-            return entries
-        served = loaded.path.resolve()
-        mine = [e for e in entries if e.path.resolve() == served]
-        rest = [e for e in entries if e.path.resolve() != served]
-        name, library = (mine[0].name, mine[0].library) if mine else (loaded.name, None)
-        return [NamedModel(name, loaded.path, library, loaded), *rest]
+        by_path = {e.path.resolve(): e for e in entries}
+        served = []
+        for model in self.resident():
+            entry = by_path.pop(model.path.resolve(), None)
+            served.append(model if entry is None
+                          else NamedModel(entry.name, model.path, entry.library, model.loaded))
+        return [*served, *by_path.values()]
 
     def find(self, asked: str) -> NamedModel:
-        """The model `asked` names, loaded or not; `ModelNotFound` (404) listing the names."""
-        loaded = self.state.engine.status().model
-        if loaded is not None and NamedModel(loaded.name, loaded.path).answers_to(asked):
-            return NamedModel(loaded.name, loaded.path, None, loaded)
-        listing = self.listing()
-        hits = [m for m in listing if m.answers_to(asked)]
-        if hits:
-            return hits[0]
-        raise ModelNotFound(unknown_model_message(asked, [m.name for m in listing]))
+        """The model `asked` names, resident or not; `ModelNotFound` (404) listing the names."""
+        for model in self.resident():
+            if model.answers_to(asked):
+                return model
+        return self.find_in_library(asked)
 
-    def served(self, asked: str) -> LoadedModel:
-        """The loaded model, if `asked` names it; else a 404 saying what this server has."""
-        found = self.find(asked)
-        if found.loaded is not None:
-            return found.loaded
-        loaded = self.state.engine.status().model
-        serving = "no model is loaded" if loaded is None else f"this server serves {loaded.name!r}"
-        raise ModelNotFound(f"model {shown(asked)!r} is in the library but not loaded "
-                            f"({serving}); load it with POST /api/load")
+    def find_in_library(self, asked: str) -> NamedModel:
+        """The library model `asked` names (the router looks at the resident ones itself);
+        `ModelNotFound` (404) listing every name, resident ones first."""
+        for entry in (_library_entry(model) for model in self.library()):
+            if entry.answers_to(asked):
+                return entry
+        listing = self.listing()
+        raise ModelNotFound(unknown_model_message(
+            asked, [m.name if m.name == m.path.stem else f"{m.name} ({m.path.stem})"
+                    for m in listing]))
 
 
 def unknown_model_message(asked: str, names: list[str]) -> str:

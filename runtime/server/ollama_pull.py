@@ -17,6 +17,8 @@ Progress, one JSON object per line (Ollama's lines; the digest is the file's sha
     {"status": "writing manifest"}
     {"status": "success"}
 
+A vision model's pull brings its projector (the repository's mmproj file: one more
+"pulling <digest>" line), so the model reads images once it is in.
 A repository or quant that does not exist is a 404 before anything streams; a download that
 fails later is an `{"error": "..."}` line. A model already in the library answers success at
 once. If the client goes away, the partial file is kept and resumes on the next pull (here,
@@ -39,8 +41,8 @@ import anyio.to_thread
 
 from runtime.downloads.manager import DownloadManager, DownloadProgress, DownloadStateChanged
 from runtime.errors import ModelNotFound, OutriderError, shown
-from runtime.hub.client import Hub
-from runtime.hub.quants import QuantEntry, group_gguf_files, list_quants, quant_from_name
+from runtime.hub.client import Hub, RepoFile
+from runtime.hub.quants import QuantEntry, entry_by_name, list_quants
 from runtime.paths import user_dirs
 from runtime.server.model_names import bare_name
 from runtime.server.reply_format import refuse
@@ -58,9 +60,12 @@ class PullPlan:
     @property
     def present(self) -> bool:
         """Every file already in the library at its published size."""
-        folder = self.models_dir / self.entry.repo_id
-        return all((folder / f.name).is_file() and (folder / f.name).stat().st_size == f.size
-                   for f in self.entry.files)
+        return not self.missing
+
+    @property
+    def missing(self) -> tuple[RepoFile, ...]:
+        """The files still to fetch (a vision model's projector among them)."""
+        return self.entry.missing_in(self.models_dir / self.entry.repo_id)
 
 
 def split_name(asked: str) -> tuple[str, str]:
@@ -85,13 +90,9 @@ def plan_pull(asked: str, models_dir: Path) -> PullPlan:
     hub = Hub(token=token, endpoint=settings.hub.endpoint, cache_dir=user_dirs().cache)
     details = hub.repo_details(repo_id)
     if wanted:
-        for group in group_gguf_files(details.gguf_files):
-            names = [f.name for f in group]
-            claimed = quant_from_name(group[0].name) or ""
-            if wanted in names or claimed.upper() == wanted.upper():
-                entry = QuantEntry(repo_id, details.revision, group[0].name, group,
-                                   claimed or wanted, "name", sum(f.size or 0 for f in group))
-                return PullPlan(hub, entry, models_dir)
+        named = entry_by_name(details, wanted)  # with its projector, for a vision model
+        if named is not None:
+            return PullPlan(hub, named, models_dir)
     listing = list_quants(hub, repo_id, preferred=settings.hub.preferred_quant, details=details)
     if wanted:
         try:
@@ -115,8 +116,9 @@ async def pull_lines(plan: PullPlan) -> AsyncIterator[dict[str, Any]]:
     """The progress lines of one pull (module doc); the last is success or an error."""
     yield {"status": "pulling manifest"}
     entry = plan.entry
-    if plan.present:
-        for f in entry.files:
+    files = plan.missing  # a vision model's projector too
+    if not files:
+        for f in entry.download_files:
             yield _digest_line(f.sha256, f.name, f.size, f.size or 0)
         yield {"status": "success"}
         return
@@ -136,9 +138,9 @@ async def pull_lines(plan: PullPlan) -> AsyncIterator[dict[str, Any]]:
         try:
             jobs = [manager.enqueue(entry.repo_id, f.name, revision, size=f.size,
                                     sha256=f.sha256, group=f"{entry.repo_id}:{entry.quant}")
-                    for f in entry.files]
+                    for f in files]
             put(("queued", {job.id: (f.sha256, f.name, f.size)
-                            for job, f in zip(jobs, entry.files, strict=True)}))
+                            for job, f in zip(jobs, files, strict=True)}))
             manager.start(only=[job.id for job in jobs])
             put(("finished", manager.wait([job.id for job in jobs])))
         except Exception as exc:  # the queue file could not be written or locked, …

@@ -66,7 +66,7 @@ from runtime.server.dialect import (
 from runtime.server.embeddings_routes import encode_vector
 from runtime.server.error_responses import error_response, response_for_event
 from runtime.server.logprobs_json import chat_logprobs
-from runtime.server.model_names import ModelNames, NamedModel
+from runtime.server.model_names import NamedModel
 from runtime.server.ollama_pull import plan_pull, pull_lines
 from runtime.server.ollama_schema import (
     RENAME,
@@ -76,7 +76,9 @@ from runtime.server.ollama_schema import (
     OllamaGenerateRequest,
     OllamaPullRequest,
     OllamaShowRequest,
+    keep_alive_s,
 )
+from runtime.server.router import Lease, Slot
 from runtime.server.sse import SSE_HEADERS, DisconnectAwareStreamingResponse
 from runtime.server.state import ServerState
 
@@ -88,7 +90,7 @@ NDJSON = "application/x-ndjson"
 def ollama_router(state: ServerState) -> APIRouter:
     # Not in /openapi.json: that document describes OpenAI's error shape (openapi_doc).
     router = APIRouter(prefix="/api", include_in_schema=False)
-    names = ModelNames(state)
+    names = state.names
 
     @router.get("/version")
     def version() -> dict[str, str]:
@@ -107,41 +109,43 @@ def ollama_router(state: ServerState) -> APIRouter:
     @router.get("/ps")
     async def ps() -> dict[str, Any]:
         listing = await anyio.to_thread.run_sync(names.listing)
-        return {"models": [_process(m, m.loaded, state.plan) for m in listing
-                           if m.loaded is not None]}
+        plans = {slot.named.path.resolve(): slot for slot in state.router.slots()}
+        return {"models": [_process(m, m.loaded, plans[m.path.resolve()])
+                           for m in listing if m.loaded is not None
+                           and m.path.resolve() in plans]}
 
     @router.post("/chat")
     async def chat(body: OllamaChatRequest, request: Request) -> Response:
-        model = await served_model(state, body.model)
+        lease = await served_model(state, request, body.model, keep_alive_s(body.keep_alive))
         if not body.messages:
             return _loaded(body.model, chat=True, stream=body.stream)
-        openai = chat_request(body.openai_fields(model.n_ctx), RENAME)
-        return await _answer(state, request, model, openai, body.model, body.stream, chat=True)
+        openai = chat_request(body.openai_fields(lease.model.n_ctx), RENAME)
+        return await _answer(state, request, lease, openai, body.model, body.stream, chat=True)
 
     @router.post("/generate")
     async def generate(body: OllamaGenerateRequest, request: Request) -> Response:
-        model = await served_model(state, body.model)
+        lease = await served_model(state, request, body.model, keep_alive_s(body.keep_alive))
         if not body.prompt:
             return _loaded(body.model, chat=False, stream=body.stream)
-        fields = body.openai_fields(model.n_ctx)
+        fields = body.openai_fields(lease.model.n_ctx)
         openai = (completion_request(fields, RENAME) if body.raw else chat_request(fields, RENAME))
-        return await _answer(state, request, model, openai, body.model, body.stream, chat=False)
+        return await _answer(state, request, lease, openai, body.model, body.stream, chat=False)
 
     @router.post("/embed")
-    async def embed(body: OllamaEmbedRequest) -> dict[str, Any]:
-        await served_model(state, body.model)
+    async def embed(body: OllamaEmbedRequest, request: Request) -> dict[str, Any]:
+        lease = await served_model(state, request, body.model, keep_alive_s(body.keep_alive))
         inputs = body.inputs
         started = time.monotonic()
-        result = await anyio.to_thread.run_sync(state.engine.embed, inputs)
+        result = await anyio.to_thread.run_sync(lease.engine.embed, inputs)
         return {"model": body.model,
                 "embeddings": [encode_vector(v, "float") for v in result.vectors],
                 "total_duration": int((time.monotonic() - started) * 1e9), "load_duration": 0,
                 "prompt_eval_count": result.prompt_tokens}
 
     @router.post("/embeddings")
-    async def embeddings(body: OllamaEmbeddingsRequest) -> dict[str, Any]:
-        await served_model(state, body.model)
-        result = await anyio.to_thread.run_sync(state.engine.embed, [body.prompt])
+    async def embeddings(body: OllamaEmbeddingsRequest, request: Request) -> dict[str, Any]:
+        lease = await served_model(state, request, body.model, keep_alive_s(body.keep_alive))
+        result = await anyio.to_thread.run_sync(lease.engine.embed, [body.prompt])
         return {"embedding": encode_vector(result.vectors[0], "float")}
 
     @router.post("/pull")
@@ -222,7 +226,9 @@ def _tag(m: NamedModel) -> dict[str, Any]:
             "size": facts.size, "digest": facts.digest, "details": facts.details()}
 
 
-_CAPABILITIES = {"tools": "tools", "reasoning": "thinking"}  # Outrider's → Ollama's names
+# Outrider's capability names → Ollama's ("completion": it writes; "embedding": it embeds).
+_CAPABILITIES = {"chat": "completion", "tools": "tools", "reasoning": "thinking",
+                 "embeddings": "embedding"}
 
 
 def _show(m: NamedModel) -> dict[str, Any]:
@@ -241,21 +247,24 @@ def _show(m: NamedModel) -> dict[str, Any]:
             "parameters": "" if m.loaded is None else f"num_ctx {m.loaded.n_ctx}",
             "template": info.chat_template or "", "details": facts.details(),
             "model_info": model_info, "modified_at": _iso(facts.mtime),
-            "capabilities": ["completion", *(_CAPABILITIES[c] for c in caps if c in _CAPABILITIES)]}
+            "capabilities": [_CAPABILITIES[c] for c in caps if c in _CAPABILITIES]}
 
 
-def _process(m: NamedModel, loaded: LoadedModel, plan: Any) -> dict[str, Any]:
+def _process(m: NamedModel, loaded: LoadedModel, slot: Slot) -> dict[str, Any]:
     """The resident model with its memory: the plan's total and its GPU share (else the file's
-    size, all in RAM). It stays loaded until unloaded: no `expires_at`."""
+    size, all in RAM), and when its idle TTL unloads it (none: `expires_at` null)."""
     facts = _Facts.of(m)
-    total, vram = loaded.size_bytes, 0
+    total, vram, plan = loaded.size_bytes, 0, slot.plan
     if isinstance(plan, dict):
         devices = plan.get("devices")
         total = int(plan.get("total") or total)
         vram = sum(int(d.get("total") or 0) for d in devices if isinstance(d, dict)
                    and d.get("kind") != "cpu") if isinstance(devices, list) else 0
+    expires = None
+    if slot.ttl_s is not None:
+        expires = _iso(time.time() + max(0.0, slot.ttl_s - (time.monotonic() - slot.last_used)))
     return {"name": m.name, "model": m.name, "size": total, "size_vram": vram,
-            "digest": facts.digest, "details": facts.details(), "expires_at": None,
+            "digest": facts.digest, "details": facts.details(), "expires_at": expires,
             "context_length": loaded.n_ctx}
 
 
@@ -326,10 +335,10 @@ class OllamaWriter:
         return out
 
 
-async def _answer(state: ServerState, request: Request, model: LoadedModel, openai: Any,
+async def _answer(state: ServerState, request: Request, lease: Lease, openai: Any,
                   asked: str, stream: bool, *, chat: bool) -> Response:
-    generation, reply = await prepare(state, model, openai, RENAME)
-    run = await start(state, generation, request)
+    generation, reply = await prepare(state, lease, openai, RENAME)
+    run = await start(state, lease, generation, request)
     if isinstance(run, Response):
         return run
     reader = ReplyReader(reply)

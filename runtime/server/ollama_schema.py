@@ -21,12 +21,58 @@ are refused unless they are their neutral values. Sampling defaults are Outrider
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from runtime.server.openai_schema import Text
 from runtime.server.reply_format import refuse
+from runtime.server.router import KEEP
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def with_images(text: str, images: list[str] | None,
+                where: str = "images") -> str | list[dict[str, Any]]:
+    """An Ollama message's text and base64 images as OpenAI content parts (the images read
+    by `runtime.server.image_parts`, as every dialect's are; an error names `where`.N).
+
+    >>> with_images("Hi", None), with_images("What is it?", ["iVBO"])[1]["where"]
+    ('Hi', 'images.0')
+    """
+    if not images:
+        return text
+    return [{"type": "text", "text": text},
+            *({"type": "image_url", "image_url": {"url": f"data:image/*;base64,{data}"},
+               "where": f"{where}.{i}"} for i, data in enumerate(images))]
+
+
+def keep_alive_s(value: float | int | str | None) -> Any:
+    """Ollama's `keep_alive` as the router's idle TTL in seconds: a number of seconds or a Go
+    duration ("5m", "1h30m"); 0 unloads the model after the reply, a negative value keeps it
+    loaded; absent leaves the model's TTL as it is (`router.KEEP`).
+
+    >>> keep_alive_s("1h30m"), keep_alive_s(0), keep_alive_s("-1"), keep_alive_s(None) is KEEP
+    (5400.0, 0.0, None, True)
+    """
+    if value is None:
+        return KEEP
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            negative = text.startswith("-")
+            parts = _DURATION.findall(text.lstrip("-"))
+            if not parts or "".join(n + u for n, u in parts) != text.lstrip("-"):
+                refuse("keep_alive", f"keep_alive {value!r} is not a duration: give seconds "
+                       "or a duration such as \"5m\" or \"1h30m\"")
+            seconds = sum(float(n) * _UNIT_S[u] for n, u in parts) * (-1 if negative else 1)
+    else:
+        seconds = float(value)
+    return None if seconds < 0 else seconds
 
 _STRICT = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 
@@ -102,15 +148,15 @@ class OllamaMessage(BaseModel):
     role: Literal["system", "user", "assistant", "tool"]
     content: Text = ""
     thinking: Text | None = None
-    images: list[Any] | None = None
+    images: list[str] | None = None  # base64, as Ollama sends them
     tool_calls: list[OllamaToolCall] | None = None
     tool_name: Text | None = None
     tool_call_id: Text | None = None
 
     def openai(self, where: str) -> dict[str, Any]:
-        if self.images:
-            refuse(f"{where}.images", "images are not supported by this server")
-        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        out: dict[str, Any] = {"role": self.role,
+                               "content": with_images(self.content, self.images,
+                                                      f"{where}.images")}
         if self.role == "assistant" and self.thinking:
             out["reasoning_content"] = self.thinking
         if self.tool_calls:
@@ -138,7 +184,7 @@ class _OllamaBody(BaseModel):
     stream: bool = True
     options: OllamaOptions | None = None
     format: Format | None = None
-    keep_alive: float | int | str | None = None  # accepted: the server keeps its one model
+    keep_alive: float | int | str | None = None  # the model's idle TTL (keep_alive_s)
     think: Think | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
@@ -183,7 +229,7 @@ class OllamaGenerateRequest(_OllamaBody):
     template: Text | None = None
     context: list[int] | None = None
     raw: bool = False
-    images: list[Any] | None = None
+    images: list[str] | None = None  # base64
 
     def openai_fields(self, n_ctx: int) -> dict[str, Any]:
         """A chat of the system text and the prompt (the model's template applied, as Ollama
@@ -191,7 +237,6 @@ class OllamaGenerateRequest(_OllamaBody):
         for name, what in (("suffix", "fill-in-the-middle (suffix) is not supported"),
                            ("template", "a custom template is not supported: the model's own "
                                         "chat template is used (or raw: true)"),
-                           ("images", "images are not supported by this server"),
                            ("context", "context (an earlier reply's tokens) is not supported: "
                                        "send the conversation to /api/chat")):
             if getattr(self, name):
@@ -203,10 +248,13 @@ class OllamaGenerateRequest(_OllamaBody):
             top = fields.pop("top_logprobs", None)  # the text completion's one number
             if fields.pop("logprobs", False):
                 fields["logprobs"] = top or 0
+            if self.images:
+                refuse("images", "images need the model's chat template: leave raw out")
             fields["prompt"] = self.prompt
             return fields
         messages = [{"role": "system", "content": self.system}] if self.system else []
-        fields["messages"] = [*messages, {"role": "user", "content": self.prompt}]
+        fields["messages"] = [*messages, {"role": "user",
+                                          "content": with_images(self.prompt, self.images)}]
         return fields
 
 

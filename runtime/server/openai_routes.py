@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -26,12 +27,14 @@ from starlette.responses import JSONResponse, Response
 
 from runtime.chat.reply import starts_in_reasoning
 from runtime.chat.tool_grammar import call_markers
-from runtime.engine.api import LoadedModel
 from runtime.events import ErrorEvent, Event, GenerationRequest
+from runtime.server.capability import require_generation
 from runtime.server.chat_reply import ReplyOptions
 from runtime.server.completion import ChunkWriter, ResponseCollector
-from runtime.server.error_responses import error_response, response_for_event
+from runtime.server.error_responses import response_for_event
+from runtime.server.model_names import NamedModel
 from runtime.server.openai_schema import ChatCompletionRequest, CompletionRequest
+from runtime.server.router import KEEP, LEASES, Lease
 from runtime.server.sse import SSE_DONE, EventBridge, sse_data, sse_response, wait_for_disconnect
 from runtime.server.state import ServerState
 
@@ -40,10 +43,12 @@ def openai_router(state: ServerState) -> APIRouter:
     router = APIRouter()
 
     @router.get("/v1/models")
-    def list_models() -> dict[str, Any]:
-        model = state.engine.status().model
-        data = [] if model is None else [model_card(model)]
-        return {"object": "list", "data": data}
+    async def list_models() -> dict[str, Any]:
+        listing = await anyio.to_thread.run_sync(state.names.listing)
+        states = {Path(r["path"]).resolve(): r["state"] for r in state.router.resident()}
+        return {"object": "list",
+                "data": [model_card(m, states.get(m.path.resolve(), "on_disk"))
+                         for m in listing]}
 
     @router.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
@@ -56,30 +61,44 @@ def openai_router(state: ServerState) -> APIRouter:
     return router
 
 
-def model_card(model: LoadedModel) -> dict[str, Any]:
-    return {"id": model.name, "object": "model", "created": 0, "owned_by": "outrider",
-            "outrider": {"architecture": model.architecture, "quant": model.quant,
-                         "n_ctx": model.n_ctx, "n_params": model.n_params,
-                         "draft": model.draft, "chat_family": model.chat_family,
-                         "capabilities": list(model.capabilities)}}
+def model_card(model: NamedModel, state: str = "ready") -> dict[str, Any]:
+    """A `/v1/models` entry: the model's id, and Outrider's facts about it; `state` is
+    "ready", "loading" or "on_disk" (loaded just in time when asked for)."""
+    card: dict[str, Any] = {"id": model.path.stem, "object": "model", "created": 0,
+                            "owned_by": "outrider"}
+    loaded = model.loaded
+    if loaded is None:
+        info = (model.library.info or {}) if model.library is not None else {}
+        card["outrider"] = {"state": state, "name": model.name, "path": str(model.path),
+                            "architecture": info.get("architecture"), "quant": info.get("quant"),
+                            "n_params": info.get("n_params")}
+        return card
+    card["outrider"] = {"state": state, "name": model.name, "path": str(loaded.path),
+                        "architecture": loaded.architecture, "quant": loaded.quant,
+                        "n_ctx": loaded.n_ctx, "n_params": loaded.n_params,
+                        "draft": loaded.draft, "chat_family": loaded.chat_family,
+                        "capabilities": list(loaded.capabilities)}
+    return card
 
 
-def _check_model_name(asked: str | None, model: LoadedModel) -> Response | None:
-    if asked is None or asked in (model.name, model.path.name, str(model.path)):
-        return None
-    return error_response(404, f"model {asked!r} is not loaded; this server has {model.name!r}",
-                          code="model_not_found", param="model")
+async def lease_for(state: ServerState, request: Request, asked: str | None,
+                    ttl_s: Any = KEEP) -> Lease:
+    """The router's lease on the model a request names, loading it just in time (off the
+    event loop: a load blocks its thread); `ttl_s` sets its idle TTL (`router.KEEP`: as is).
+    The lease is released when the response has been sent (`ReleaseLeasesMiddleware`)."""
+    lease: Lease = await anyio.to_thread.run_sync(
+        partial(state.router.acquire, asked, ttl_s=ttl_s))
+    request.scope.setdefault("state", {}).setdefault(LEASES, []).append(lease)
+    return lease
 
 
 async def _generate(state: ServerState, body: ChatCompletionRequest | CompletionRequest,
                     request: Request, *, chat: bool) -> Response:
-    model = await anyio.to_thread.run_sync(state.loaded_model)
-    wrong_model = _check_model_name(body.model, model)
-    if wrong_model is not None:
-        return wrong_model
+    lease = await lease_for(state, request, body.model, KEEP if body.ttl is None else body.ttl)
+    model = lease.model
     # Off the event loop: checking a big schema or tool grammar takes a while.
-    generation, reply = await anyio.to_thread.run_sync(partial(read_request, state, body, model))
-    started = await submit(state, generation, request)
+    generation, reply = await anyio.to_thread.run_sync(partial(read_request, state, body, lease))
+    started = await submit(state, lease, generation, request)
     if isinstance(started, Response):
         return started
     bridge, first = started
@@ -96,12 +115,12 @@ async def _generate(state: ServerState, body: ChatCompletionRequest | Completion
         bridge.close()
 
 
-async def submit(state: ServerState, generation: GenerationRequest,
+async def submit(state: ServerState, lease: Lease, generation: GenerationRequest,
                  request: Request) -> tuple[EventBridge, list[Event]] | Response:
-    """Submit and wait for the first batch of events: an error there is the response (a
-    status, as no byte has been sent yet), else the running bridge and that batch. Every
-    dialect starts its generations here."""
-    handle = await anyio.to_thread.run_sync(state.engine.submit, generation)
+    """Submit to the leased model's engine and wait for the first batch of events: an error
+    there is the response (a status, as no byte has been sent yet), else the running bridge
+    and that batch. Every dialect starts its generations here."""
+    handle = await anyio.to_thread.run_sync(lease.engine.submit, generation)
     bridge = EventBridge(handle, generation.n, state.limits.poll_interval_s)
     bridge.start()
     try:
@@ -116,15 +135,17 @@ async def submit(state: ServerState, generation: GenerationRequest,
 
 
 def read_request(state: ServerState, body: ChatCompletionRequest | CompletionRequest,
-          model: LoadedModel) -> tuple[GenerationRequest, ReplyOptions | None]:
+                 lease: Lease) -> tuple[GenerationRequest, ReplyOptions | None]:
     """The engine's request, and how its chat replies are read (None: all content)."""
+    model, engine = lease.model, lease.engine
+    require_generation(model)
     if isinstance(body, CompletionRequest):
         return body.to_generation(state.limits, n_ctx=model.n_ctx, n_vocab=model.n_vocab), None
-    engine = state.engine
     family = engine.template_family()
     in_reasoning = False
     if family.reasoning != "none":
-        prompt = engine.render_chat(body.chat_messages(), tools=body.tools_json(),
+        prompt = engine.render_chat(body.chat_messages(state.limits.allow_remote_images),
+                                    tools=body.tools_json(),
                                     extra=dict(body.template_kwargs()))
         in_reasoning = starts_in_reasoning(family, prompt)
     markers = engine.special_tokens(call_markers(family)) if body.tools and family.tools else {}

@@ -35,6 +35,7 @@ from runtime.events import (
     SamplingParams,
     ToolCall,
 )
+from runtime.server.image_parts import image_from_url
 from runtime.server.reply_format import (
     ResponseFormat,
     ToolChoice,
@@ -47,6 +48,7 @@ from runtime.server.reply_format import (
 from runtime.server.state import ServerLimits
 
 _STRICT = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+MAX_IMAGE_URL = 32 * 1024 * 1024  # a data: URI of the largest image the server takes
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
@@ -70,10 +72,23 @@ _RESERVED_KWARGS = frozenset({"messages", "tools", "add_generation_prompt", "bos
                               "eos_token"})
 
 
+class ImageUrl(BaseModel):
+    model_config = _STRICT
+    url: Annotated[str, Field(max_length=MAX_IMAGE_URL)]
+    detail: Literal["auto", "low", "high"] | None = None  # accepted; the projector decides
+
+
 class TextPart(BaseModel):
+    """A content part: text, or an image (`image_url`: a data: URI, or http(s) when the
+    server allows remote images; `runtime.server.image_parts`)."""
+
     model_config = _STRICT
     type: str
     text: Text | None = None
+    image_url: ImageUrl | Annotated[str, Field(max_length=MAX_IMAGE_URL)] | None = None
+    # Where another dialect's request held this image ("messages.0.images.1"), so its error
+    # names the client's own field; set by the translations in runtime.server.*_schema.
+    where: str | None = None
 
 
 class FunctionCallIn(BaseModel):
@@ -100,17 +115,26 @@ class ChatMessageIn(BaseModel):
     tool_calls: list[ToolCallIn] | None = None  # role "assistant"
     reasoning_content: Text | None = None  # role "assistant": its thinking
 
-    def to_message(self, where: str = "messages") -> ChatMessage:
+    def to_message(self, where: str = "messages", *,
+                   allow_remote_images: bool = False) -> ChatMessage:
+        images: list[bytes] = []
         if isinstance(self.content, list):
             parts = []
-            for part in self.content:
+            for j, part in enumerate(self.content):
+                if part.type == "image_url" and part.image_url is not None:
+                    url = part.image_url if isinstance(part.image_url, str) else part.image_url.url
+                    images.append(image_from_url(url, where=part.where or f"{where}.content.{j}",
+                                                 allow_remote=allow_remote_images))
+                    continue
                 if part.type != "text" or part.text is None:
-                    raise SettingsError(
-                        f"message content of type {part.type!r} is not supported: only text")
+                    raise SettingsError(f"message content of type {part.type!r} is not "
+                                        "supported: only text and image_url")
                 parts.append(part.text)
             text = "".join(parts)
         else:
             text = self.content or ""
+        if images and self.role != "user":
+            _refuse(f"{where}.content", "only user messages may carry images")
         role = "system" if self.role == "developer" else self.role
         if self.tool_calls and role != "assistant":
             _refuse(f"{where}.tool_calls", "only assistant messages carry tool_calls")
@@ -118,7 +142,8 @@ class ChatMessageIn(BaseModel):
                       for i, call in enumerate(self.tool_calls or ()))
         return ChatMessage(role, text, tool_calls=calls, tool_call_id=self.tool_call_id,
                            name=self.name if role == "tool" else None,
-                           reasoning=self.reasoning_content if role == "assistant" else None)
+                           reasoning=self.reasoning_content if role == "assistant" else None,
+                           images=tuple(images))
 
 
 def _tool_call(call: ToolCallIn, where: str) -> ToolCall:
@@ -146,6 +171,8 @@ class _GenerationBody(BaseModel):
 
     model_config = _STRICT
     model: str | None = None
+    # LM Studio's: seconds the model stays loaded once idle (0: unloaded after this reply)
+    ttl: Annotated[float, Field(ge=0.0, le=10 * 365 * 86400)] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: Count | None = None
@@ -233,8 +260,9 @@ class ChatCompletionRequest(_GenerationBody):
         return tool_plan(self.tools, self.tool_choice, self.parallel_tool_calls, family,
                          in_reasoning=in_reasoning, special_tokens=special_tokens)
 
-    def chat_messages(self) -> tuple[ChatMessage, ...]:
-        return tuple(message.to_message(f"messages.{i}") for i, message in enumerate(self.messages))
+    def chat_messages(self, allow_remote_images: bool = False) -> tuple[ChatMessage, ...]:
+        return tuple(message.to_message(f"messages.{i}", allow_remote_images=allow_remote_images)
+                     for i, message in enumerate(self.messages))
 
     def tools_json(self) -> tuple[dict[str, Any], ...]:
         """The tools as the template renders them."""
@@ -255,7 +283,7 @@ class ChatCompletionRequest(_GenerationBody):
             constraint = plan.constraint
         max_tokens = self.max_completion_tokens if self.max_tokens is None else self.max_tokens
         return GenerationRequest(
-            messages=self.chat_messages(), sampling=self._sampling(limits, n_ctx, max_tokens),
+            messages=self.chat_messages(limits.allow_remote_images), sampling=self._sampling(limits, n_ctx, max_tokens),
             n=self.n, truncate_middle=self.truncate_middle, constraint=constraint,
             logprobs=(self.top_logprobs or 0) if self.logprobs else None,
             tools=plan.tools, template_kwargs=self.template_kwargs())

@@ -51,8 +51,9 @@ _GENERATION = {
            "naming the keyword and its path), `context_length_exceeded`, `invalid_request` (a "
            "chat template that fails, tools the model's template cannot call), or an "
            "unreadable body",
-    "404": "`model_not_found`: `model` is not the loaded model",
-    "503": "`model_not_loaded`: no model is loaded, or one is loading",
+    "404": "`model_not_found`: `model` names nothing in the library",
+    "503": "`model_not_loaded`: no `model` named and none loaded; `engine_crashed`: the "
+           "model's engine process died (the next request loads it again)",
     **_ENGINE_BUG,
 }
 # (method, path) → statuses beyond `_EVERY_ROUTE` (and 401 with a key).
@@ -66,8 +67,14 @@ _ROUTES: dict[tuple[str, str], dict[str, str]] = {
         "400": "`invalid_value` (no input, an empty one, a token id beyond the vocabulary, "
                "`dimensions`), `context_length_exceeded` (an input over the embedding limit), "
                "`invalid_request` (a model that cannot embed: a reranker, T5)",
-        "404": "`model_not_found`: `model` is not the loaded model",
-        "503": "`model_not_loaded`: no model is loaded, or one is loading",
+        "404": "`model_not_found`: `model` names nothing in the library",
+        "503": "`model_not_loaded`: no `model` named and none loaded; `engine_crashed`",
+        **_ENGINE_BUG,
+    },
+    ("post", "/tokenize"): {
+        "400": "`invalid_value`: `content` missing or not text",
+        "404": "`model_not_found`: `model` names nothing in the library",
+        "503": "`model_not_loaded`: no `model` named and none loaded; `engine_crashed`",
         **_ENGINE_BUG,
     },
     ("post", "/api/load"): {
@@ -78,7 +85,9 @@ _ROUTES: dict[tuple[str, str], dict[str, str]] = {
         "409": "`engine_busy`: a load or unload is under way",
         **_ENGINE_BUG,
     },
-    ("post", "/api/unload"): {"409": "`engine_busy`: a load or unload is under way",
+    ("post", "/api/unload"): {"400": "`invalid_value`: a body other than {} or {\"model\": NAME}",
+                              "404": "`model_not_found`: that model is not resident",
+                              "409": "`engine_busy`: a load or unload is under way",
                               **_ENGINE_BUG},
     ("get", "/v1/models"): _ENGINE_BUG,
     ("get", "/api/status"): _ENGINE_BUG,

@@ -24,6 +24,14 @@ reply was cut by the token limit. Streamed, each item comes as OpenAI sends it:
 every event with its `type` and a rising `sequence_number`; a failure after the first byte
 is an `error` event followed by `response.failed`. `GET /v1/responses/{id}` is a 404 that
 says nothing is stored.
+
+With `include: ["message.output_text.logprobs"]` the message's `output_text` part carries
+`logprobs` — one `{"token", "logprob", "bytes", "top_logprobs": [...]}` per generated token,
+the chat route's entries (`runtime.server.logprobs_json`) — and each streamed
+`response.output_text.delta` the entries of the tokens that arrived since the last delta
+(an empty delta carries the last ones if no text came with them), so the deltas' entries add
+up to the whole reply's. As on the chat route, every generated token counts, thinking
+included.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from runtime.errors import shown
+from runtime.events import TokenEvent
 from runtime.server.completion import finish_json, stream_error_json
 from runtime.server.dialect import (
     Piece,
@@ -50,6 +59,7 @@ from runtime.server.dialect import (
     stream_pieces,
 )
 from runtime.server.error_responses import error_response, response_for_event
+from runtime.server.logprobs_json import chat_logprobs
 from runtime.server.responses_schema import NOT_STORED, RENAME, ResponsesRequest
 from runtime.server.sse import sse_event, sse_response
 from runtime.server.state import ServerState
@@ -60,10 +70,10 @@ def responses_router(state: ServerState) -> APIRouter:
 
     @router.post("")
     async def responses(body: ResponsesRequest, request: Request) -> Response:
-        model = await served_model(state, body.model)
+        lease = await served_model(state, request, body.model)
         openai = chat_request(body.openai_fields(), RENAME)
-        generation, reply = await prepare(state, model, openai, RENAME)
-        run = await start(state, generation, request)
+        generation, reply = await prepare(state, lease, openai, RENAME)
+        run = await start(state, lease, generation, request)
         if isinstance(run, Response):
             return run
         reader = ReplyReader(reply)
@@ -73,7 +83,7 @@ def responses_router(state: ServerState) -> APIRouter:
         pieces = await collect(run, reader)
         if reader.error is not None:
             return response_for_event(reader.error.kind, reader.error.message)
-        return JSONResponse(writer.response(writer.items(pieces), reader))
+        return JSONResponse(writer.response(writer.items(pieces, reader.tokens), reader))
 
     @router.get("/{response_id}")
     def stored(response_id: str) -> Response:
@@ -111,6 +121,9 @@ class ResponseWriter:
         self._open: dict[str, Any] | None = None  # the item being streamed
         self._open_kind: str | None = None
         self._text: list[str] = []
+        self.logprobs = body.logprobs
+        self._sent = 0  # tokens whose logprobs went out on a delta
+        self._entries: list[dict[str, Any]] = []  # the open message's logprobs (streaming)
 
     # -- whole ----------------------------------------------------------------------------
 
@@ -147,8 +160,24 @@ class ResponseWriter:
                 out["outrider"] = finish_json(reader.finished)
         return out
 
-    def items(self, pieces: list[Piece]) -> list[dict[str, Any]]:
-        return [_item(piece, _id(_PREFIX[piece.kind]), "completed") for piece in pieces]
+    def items(self, pieces: list[Piece], tokens: list[TokenEvent]) -> list[dict[str, Any]]:
+        """The whole reply's output items; the first message carries every token's logprobs
+        (when asked for)."""
+        out = [_item(piece, _id(_PREFIX[piece.kind]), "completed") for piece in pieces]
+        if self.logprobs:
+            message = next((item for item in out if item["type"] == "message"), None)
+            if message is not None and message["content"]:
+                message["content"][0]["logprobs"] = _entries(tokens)
+        return out
+
+    def _new_entries(self, tokens: list[TokenEvent]) -> list[dict[str, Any]]:
+        """The logprobs of the tokens since the last delta that carried some."""
+        if not self.logprobs:
+            return []
+        entries = _entries(tokens[self._sent:])
+        self._sent = len(tokens)
+        self._entries += entries
+        return entries
 
     # -- streaming ------------------------------------------------------------------------
 
@@ -165,7 +194,7 @@ class ResponseWriter:
     def _begin(self, piece: Piece) -> list[bytes]:
         out = self._close()
         item = _item(piece, _id(_PREFIX[piece.kind]), "in_progress", empty=True)
-        self._open, self._open_kind, self._text = item, piece.kind, []
+        self._open, self._open_kind, self._text, self._entries = item, piece.kind, [], []
         index = len(self._items)
         out.append(self._event("response.output_item.added", output_index=index, item=item))
         part = _part(piece.kind, "")
@@ -184,7 +213,7 @@ class ResponseWriter:
         where = {"item_id": item["id"], "output_index": index}
         if kind == "content":
             out.append(self._event("response.output_text.done", **where, content_index=0,
-                                   text=text, logprobs=[]))
+                                   text=text, logprobs=self._entries))
         elif kind == "reasoning":
             out.append(self._event("response.reasoning_text.done", **where, content_index=0,
                                    text=text))
@@ -192,7 +221,7 @@ class ResponseWriter:
             out.append(self._event("response.function_call_arguments.done", **where,
                                    name=item["name"], arguments=item["arguments"]))
         done = {**item, "status": "completed"}
-        part = _part(kind, text)
+        part = _part(kind, text, self._entries)
         if part is not None:
             done["content"] = [part]
             out.append(self._event("response.content_part.done", **where, content_index=0,
@@ -202,7 +231,8 @@ class ResponseWriter:
         self._open = self._open_kind = None
         return out
 
-    def pieces(self, pieces: list[Piece]) -> list[bytes]:
+    def pieces(self, pieces: list[Piece], tokens: list[TokenEvent]) -> list[bytes]:
+        """The events of one batch's pieces; `tokens`: the reply's tokens so far."""
         out: list[bytes] = []
         for piece in pieces:
             if piece.kind == "tool_call" or piece.kind != self._open_kind:
@@ -223,11 +253,19 @@ class ResponseWriter:
             else:
                 self._text.append(piece.text)
                 out.append(self._event("response.output_text.delta", **where, content_index=0,
-                                       delta=piece.text, logprobs=[]))
+                                       delta=piece.text, logprobs=self._new_entries(tokens)))
         return out
 
     def closing(self, reader: ReplyReader) -> list[bytes]:
-        out = self._close()
+        out: list[bytes] = []
+        item = self._open
+        if item is not None and self._open_kind == "content" and self.logprobs:
+            rest = self._new_entries(reader.tokens)
+            if rest:  # tokens that brought no text of their own (a held-back stop string)
+                out.append(self._event("response.output_text.delta", item_id=item["id"],
+                                       output_index=len(self._items), content_index=0,
+                                       delta="", logprobs=rest))
+        out += self._close()
         final = self.response(self._items, reader)
         name = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
         out.append(self._event(name, response=final))
@@ -245,9 +283,16 @@ class ResponseWriter:
 _PREFIX = {"content": "msg_", "reasoning": "rs_", "tool_call": "fc_"}
 
 
-def _part(kind: str, text: str) -> dict[str, Any] | None:
+def _entries(tokens: list[TokenEvent]) -> list[dict[str, Any]]:
+    content: list[dict[str, Any]] = chat_logprobs(tokens)["content"]
+    return content
+
+
+def _part(kind: str, text: str,
+          logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
     if kind == "content":
-        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        return {"type": "output_text", "text": text, "annotations": [],
+                "logprobs": list(logprobs or ())}
     if kind == "reasoning":
         return {"type": "reasoning_text", "text": text}
     return None
@@ -272,7 +317,7 @@ async def _events(run: Run, reader: ReplyReader, writer: ResponseWriter) -> Asyn
     for event in writer.opening():
         yield event
     async for pieces in stream_pieces(run, reader):
-        for event in writer.pieces(pieces):
+        for event in writer.pieces(pieces, reader.tokens):
             yield event
     if reader.error is not None:
         error = stream_error_json(reader.error)["error"]

@@ -14,10 +14,20 @@ items (the results, one tool message each, named after their call) and `reasonin
 assistant's thinking, kept for the next assistant turn). Images, files, `item_reference`
 and tools other than `function` are refused.
 
-Nothing is stored: `store: true`, `previous_response_id`, `conversation` and `background`
-are 400s that say so (a missing `store` means not stored). `text.format` is the reply's
-form (json_object / json_schema, by constrained decoding), `reasoning.effort` goes to the
-template (gpt-oss reads it), `truncation: "auto"` drops older turns instead of failing.
+Nothing is stored (`store: false` only): `store: true`, `previous_response_id`,
+`conversation` and `background` are 400s that say so (a missing `store` means not stored).
+`text.format` is the reply's form (json_object / json_schema, by constrained decoding),
+`reasoning.effort` goes to the template (gpt-oss reads it), `truncation: "auto"` drops older
+turns instead of failing. `include: ["message.output_text.logprobs"]` asks for the tokens'
+log-probabilities (with `top_logprobs` alternatives each, 0-20), as OpenAI's API does:
+
+    >>> fields = ResponsesRequest.model_validate({"model": "m", "input": "Hi",
+    ...     "include": ["message.output_text.logprobs"], "top_logprobs": 2}).openai_fields()
+    >>> fields["logprobs"], fields["top_logprobs"]
+    (True, 2)
+
+Other `include` values name output this server never makes (web search results, encrypted
+reasoning, …) and are ignored.
 """
 
 from __future__ import annotations
@@ -26,22 +36,25 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runtime.server.openai_schema import Count, Text
+from runtime.server.openai_schema import Count, Text, TopLogprobs
 from runtime.server.reply_format import refuse
 
 _STRICT = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 
 # OpenAI chat field → the Responses field a 400 names.
 RENAME = {"max_tokens": "max_output_tokens", "response_format": "text.format",
-          "reasoning_effort": "reasoning.effort", "messages": "input"}
-NOT_STORED = ("responses are not stored on this server: send the whole conversation in input "
-              "(and store: false or no store)")
+          "reasoning_effort": "reasoning.effort", "messages": "input", "logprobs": "include"}
+NOT_STORED = ("responses are not stored on this server (store: false only): send the whole "
+              "conversation in input")
+LOGPROBS = "message.output_text.logprobs"  # the `include` value that asks for them
 
 
 class Part(BaseModel):
     model_config = _STRICT
     type: str
     text: Text | None = None
+    image_url: str | None = None  # input_image: a data: URI (or a URL, if the server fetches)
+    detail: str | None = None
 
 
 class InputItem(BaseModel):
@@ -122,13 +135,21 @@ class ResponsesRequest(BaseModel):
     conversation: Any = None
     background: bool | None = None
     metadata: dict[str, Any] | None = None
+    include: list[Text] | None = None
+    top_logprobs: TopLogprobs | None = None
+
+    @property
+    def logprobs(self) -> bool:
+        """Whether the reply carries its tokens' log-probabilities."""
+        return LOGPROBS in (self.include or ())
 
     def check_not_stored(self) -> None:
         if self.store:
             refuse("store", NOT_STORED)
         if self.previous_response_id is not None:
-            refuse("previous_response_id", "responses are not stored on this server, so "
-                   "previous_response_id names none: send the earlier turns in input")
+            refuse("previous_response_id", "responses are not stored on this server (store: "
+                   "false only), so previous_response_id names none: send the earlier turns "
+                   "in input")
         if self.conversation is not None:
             refuse("conversation", NOT_STORED)
         if self.background:
@@ -162,6 +183,12 @@ class ResponsesRequest(BaseModel):
                 "name": form.name or "format", "schema": form.schema_ or {}}}
         if self.reasoning is not None and self.reasoning.effort is not None:
             fields["reasoning_effort"] = self.reasoning.effort
+        if self.logprobs:
+            fields["logprobs"] = True
+            fields["top_logprobs"] = self.top_logprobs or 0
+        elif self.top_logprobs:
+            refuse("top_logprobs", f"top_logprobs needs include: [\"{LOGPROBS}\"] (the "
+                   "log-probabilities are sent only when asked for)")
         if self.truncation == "auto":
             fields["truncate_middle"] = True
         return fields
@@ -188,6 +215,23 @@ def _text(content: str | list[Part] | None, where: str) -> str:
     return "".join(parts)
 
 
+def _content(content: str | list[Part] | None, where: str) -> str | list[dict[str, Any]]:
+    """A message's content: its text, or OpenAI content parts when it has `input_image`s."""
+    if not isinstance(content, list) or not any(p.type == "input_image" for p in content):
+        return _text(content, where)
+    out: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        if part.type == "input_image":
+            if not part.image_url:
+                refuse(f"{where}.{j}", "an input_image needs an image_url (a data: URI); "
+                       "file_id is not supported")
+            out.append({"type": "image_url", "image_url": {"url": part.image_url},
+                        "where": f"{where}.{j}"})
+        else:
+            out.append({"type": "text", "text": _text([part], f"{where}.{j}")})
+    return out
+
+
 def _messages(items: list[InputItem]) -> list[dict[str, Any]]:
     """The chat messages of an input item list (module doc)."""
     out: list[dict[str, Any]] = []
@@ -201,7 +245,7 @@ def _messages(items: list[InputItem]) -> list[dict[str, Any]]:
             if item.role is None:
                 refuse(f"{where}.role", "Field required")
             message: dict[str, Any] = {"role": item.role,
-                                       "content": _text(item.content, f"{where}.content")}
+                                       "content": _content(item.content, f"{where}.content")}
             if item.role == "assistant" and reasoning:
                 message["reasoning_content"] = "".join(reasoning)
                 reasoning = []

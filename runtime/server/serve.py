@@ -8,7 +8,9 @@ and prints exactly one line to stdout, after the socket is bound and listening:
 
     OUTRIDER_SERVER_READY {"url": "http://127.0.0.1:40123", "pid": 4242}
 
-Everything else (logs, load progress) goes to stderr. With `--parent-pid` it exits when that
+(with `"ollama_url"` too when `--ollama-port` gave a second port for Ollama's clients).
+Each model runs in an engine process of its own, a child of this one (`IsolatedEngine`,
+`runtime.server.router`). Everything else (logs, load progress) goes to stderr. With `--parent-pid` it exits when that
 process dies, so a crashed app leaves no engine behind.
 """
 
@@ -25,6 +27,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +37,16 @@ import uvicorn.config
 
 from runtime.engine.api import EngineAPI
 from runtime.engine.build import build_engine
+from runtime.engine.isolated import IsolatedEngine
 from runtime.engine.kv_store import KvStoreOptions
 from runtime.errors import PortInUse, SettingsError
+from runtime.library.projectors import with_projector
 from runtime.server.app import create_app
 from runtime.server.metrics import plan_for
+from runtime.server.router import RouterOptions
 from runtime.server.state import ServerLimits
 from runtime.settings.load import LoadSettings
+from runtime.settings.user import SettingsStore
 
 READY_PREFIX = "OUTRIDER_SERVER_READY"
 log = logging.getLogger(__name__)
@@ -58,6 +65,8 @@ class ServeOptions:
     limits: ServerLimits = field(default_factory=ServerLimits)
     log_level: str = "info"
     saved_kv: KvStoreOptions | None = None  # idle conversations' KV caches on disk
+    router: RouterOptions = field(default_factory=RouterOptions)  # models loaded on demand
+    ollama_port: int | None = None  # also listen on this port (Ollama's is 11434)
 
 
 def is_loopback(host: str) -> bool:
@@ -165,13 +174,32 @@ def _log_config(level: str) -> dict[str, Any]:
     return config
 
 
+def remembered_settings(path: Path) -> LoadSettings:
+    """How a model loaded just in time is loaded: the settings the app remembers for the
+    file, else the default context and KV types (`AppSettings.model_prefs`), with a vision
+    model's projector beside it (`runtime.library.projectors.with_projector`)."""
+    settings, _problem = SettingsStore().load_or_reset()
+    return with_projector(settings.model_prefs(path).load)
+
+
 def serve(options: ServeOptions,
           engine_factory: Callable[[], EngineAPI] | None = None) -> int:
     """Bind, load the start-up model if any, serve until stopped. Returns the exit code.
-    `engine_factory` is for tests (a fake engine); everyone else gets `build_engine`'s."""
+    Every model runs in an engine process of its own (`IsolatedEngine`, one per resident
+    model: `runtime.server.router`); `engine_factory` is for tests (fake engines)."""
     check_exposure(options.host, options.api_key)
     sock = bind_socket(options.host, options.port)
-    engine = engine_factory() if engine_factory is not None else build_engine(options.saved_kv)
+    sockets = [sock]
+    if options.ollama_port is not None:
+        try:
+            sockets.append(bind_socket(options.host, options.ollama_port))
+        except BaseException:
+            sock.close()
+            raise
+    make_engine = engine_factory or partial(IsolatedEngine, partial(build_engine,
+                                                                     options.saved_kv))
+    engine = make_engine()
+    router = None
     try:
         engine.start()
         plan = None
@@ -189,24 +217,32 @@ def serve(options: ServeOptions,
         app = create_app(engine, api_key=options.api_key, models_dir=options.models_dir,
                          cors_origins=options.cors_origins, limits=options.limits,
                          allowed_models=allowed, allow_any_path=options.allow_any_path,
-                         local_only=is_loopback(options.host))
+                         local_only=is_loopback(options.host), make_engine=make_engine,
+                         settings_for=remembered_settings, router_options=options.router)
         app.state.outrider.plan = plan
+        router = app.state.outrider.router
         config = uvicorn.Config(app, log_config=_log_config(options.log_level),
                                 log_level=options.log_level,
                                 access_log=options.log_level in ("debug", "trace"),
                                 timeout_graceful_shutdown=3, lifespan="off")
-        ready = f"{READY_PREFIX} {json.dumps({'url': server_url(sock), 'pid': os.getpid()})}"
+        ready_info: dict[str, Any] = {"url": server_url(sock), "pid": os.getpid()}
+        if len(sockets) > 1:
+            ready_info["ollama_url"] = server_url(sockets[1])
+        ready = f"{READY_PREFIX} {json.dumps(ready_info)}"
         server = _ReadyServer(config, ready)
         stop_watch = None
         if options.parent_pid is not None:
             stop_watch = watch_parent(options.parent_pid,
                                       lambda: setattr(server, "should_exit", True))
         try:
-            server.run(sockets=[sock])
+            server.run(sockets=sockets)
         finally:
             if stop_watch is not None:
                 stop_watch.set()
         return 0
     finally:
-        sock.close()
-        engine.stop()
+        for each in sockets:
+            each.close()
+        if router is not None:
+            router.close()  # the engines it started for other models
+        (engine if router is None else router.primary).stop()

@@ -18,10 +18,14 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runtime.engine.api import EngineAPI, LoadedModel
-from runtime.errors import EngineBusy, NoModelLoaded, PathNotAllowed
+from runtime.engine.api import EngineAPI
+from runtime.errors import EngineBusy, PathNotAllowed
+from runtime.server.model_names import ModelNames
+
+if TYPE_CHECKING:
+    from runtime.server.router import ModelRouter
 
 
 @dataclass(frozen=True)
@@ -32,34 +36,59 @@ class ServerLimits:
     one gets `default_max_tokens`, cut to the loaded context.
     """
 
-    max_body_bytes: int = 4 * 1024 * 1024
+    max_body_bytes: int = 32 * 1024 * 1024  # room for an image as a data: URI
     max_tokens: int = 8192
     default_max_tokens: int = 2048
     max_n: int = 8
     max_stop: int = 8
     metrics_interval_s: float = 1.0
     poll_interval_s: float = 0.2  # how long a bridge thread blocks in handle.get()
+    allow_remote_images: bool = False  # fetch http(s) image URLs (`--allow-remote-images`)
 
 
 @dataclass
 class ServerState:
-    engine: EngineAPI
+    """`router` decides which engine serves a request's model (`runtime.server.router`);
+    `engine` is its primary one: the start-up model's, what /api/load loads."""
+
+    router: ModelRouter
     api_key: str | None
     models_dir: Path
     limits: ServerLimits
     allowed_models: frozenset[Path] = frozenset()  # resolved; models the server was started with
     allow_any_path: bool = False
-    plan: Any = None  # the memory plan of the loaded model, JSON-ready
     _busy: threading.Lock = field(default_factory=threading.Lock)
     _loading: bool = False
 
     @classmethod
-    def create(cls, engine: EngineAPI, *, api_key: str | None, models_dir: Path,
+    def create(cls, router: ModelRouter, *, api_key: str | None, models_dir: Path,
                limits: ServerLimits, allowed_models: Iterable[Path] = (),
                allow_any_path: bool = False) -> ServerState:
-        return cls(engine, api_key, models_dir.expanduser().resolve(), limits,
+        return cls(router, api_key, models_dir.expanduser().resolve(), limits,
                    frozenset(Path(p).expanduser().resolve() for p in allowed_models),
                    allow_any_path)
+
+    @property
+    def engine(self) -> EngineAPI:
+        return self.router.primary
+
+    @property
+    def names(self) -> ModelNames:
+        """The names requests may give, resident models first (`runtime.server.model_names`)."""
+        return ModelNames(self.models_dir, self.router.named)
+
+    @property
+    def plan(self) -> Any:
+        """The memory plan of the primary engine's model, JSON-ready (None: no model, or
+        none could be made)."""
+        slot = self.router.primary_slot()
+        return None if slot is None else slot.plan
+
+    @plan.setter
+    def plan(self, plan: Any) -> None:
+        slot = self.router.primary_slot()
+        if slot is not None:
+            slot.plan = plan
 
     def confine(self, path: str | Path) -> Path:
         """The resolved path if a request may load it, else `PathNotAllowed`.
@@ -91,13 +120,3 @@ class ServerState:
     @property
     def loading(self) -> bool:
         return self._loading
-
-    def loaded_model(self) -> LoadedModel:
-        """The model generation requests run on; 503s while none is ready."""
-        if self._loading:
-            raise NoModelLoaded("a model is loading; try again when /api/status says ready")
-        model = self.engine.status().model
-        if model is None:
-            raise NoModelLoaded(
-                "no model is loaded: load one with POST /api/load or start the server with a MODEL")
-        return model

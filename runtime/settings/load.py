@@ -85,6 +85,8 @@ class LoadSettings:
     # None = by free memory), or the whole model on one GPU (main_gpu: --split-mode none).
     tensor_split: tuple[float, ...] | None = None
     main_gpu: int | None = None
+    # A vision model's projector ("mmproj" GGUF), loaded beside the model: images in chats.
+    mmproj_path: Path | None = None
 
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
@@ -116,6 +118,8 @@ class LoadSettings:
                                     "GPU for the whole model, not both")
         if self.main_gpu is not None and self.main_gpu < 0:
             raise SettingsError(f"main GPU must be a GPU index 0 or more, not {self.main_gpu}")
+        if self.mmproj_path is not None and Path(self.mmproj_path) == Path(self.model_path):
+            raise SettingsError("the projector (mmproj) is a file of its own, not the model file")
 
     def cpu_moe_layers(self, block_count: int) -> int:
         """How many blocks keep their experts in RAM, for a model of `block_count` blocks
@@ -148,6 +152,8 @@ class LoadSettings:
         if "model_path" not in data:
             raise SettingsError("load settings need model_path")
         data["model_path"] = Path(data["model_path"])
+        if data.get("mmproj_path") is not None:
+            data["mmproj_path"] = Path(data["mmproj_path"])
         if isinstance(data.get("tensor_split"), list):
             data["tensor_split"] = tuple(data["tensor_split"])
         if "draft" in data and isinstance(data["draft"], dict):
@@ -167,6 +173,8 @@ class LoadSettings:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["model_path"] = str(self.model_path)
+        if self.mmproj_path is not None:
+            out["mmproj_path"] = str(self.mmproj_path)
         if self.draft.model_path is not None:
             out["draft"]["model_path"] = str(self.draft.model_path)
         return out

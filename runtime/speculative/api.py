@@ -109,6 +109,7 @@ class SpecSetup:
     refused: str | None = None  # why a requested draft model was refused
     notes: tuple[str, ...] = ()
     close: Callable[[], None] = field(default=lambda: None)
+    stepper: Any = None  # the draft model's native step (runtime.llama.stepper), if any
 
 
 class Speculation(Protocol):

@@ -42,9 +42,11 @@ from runtime.events import SamplingParams
 from runtime.gguf.vocab import TokenizerFacts
 from runtime.llama.binding import Batch, LlamaContext, LlamaModel, supports_gpu_offload
 from runtime.llama.params import to_llama_params
+from runtime.llama.stepper import Stepper
 from runtime.sampling import native
 from runtime.sampling.constraint import Constraint
 from runtime.sampling.sampler import Sampler
+from runtime.sampling.step_config import StepConfig, step_config, step_error
 from runtime.settings.load import DraftSettings, LoadSettings
 from runtime.speculative.api import DraftProposal
 from runtime.speculative.pacing import PacedDrafter, Pacer
@@ -53,6 +55,7 @@ logger = logging.getLogger("outrider.speculative")
 
 _NO_DRAFT = DraftProposal(())
 _NO_KV_SLOT = 1
+_NATIVE_FEED = 2  # catch-up tokens decoded in the round's own native call (more: a prefill)
 
 # enum llama_vocab_type → the names TokenizerFacts uses (llama.h)
 _VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
@@ -96,6 +99,8 @@ class DraftContext:
         self.batch = Batch(ctx.n_batch)
         self._seen: list[list[int]] = [[] for _ in range(ctx.n_seq_max)]
         self._busy = [False] * ctx.n_seq_max
+        # A round of k draft steps in one C call (runtime.llama.stepper); None: in Python.
+        self.stepper = Stepper.for_context(ctx)
 
     @classmethod
     def load(cls, path: Path, settings: LoadSettings) -> DraftContext:
@@ -156,14 +161,44 @@ class DraftContext:
         """Make the slot hold exactly `tokens` and return the logits after the last one,
         and how many tokens had to be decoded. `known`: the first `known` tokens are known
         to match what the slot holds. None when llama.cpp could not decode."""
+        todo = self.pending(slot, tokens, known)
+        row = self._decode(slot, todo, len(tokens) - len(todo))
+        return None if row is None else (row, len(todo))
+
+    def pending(self, slot: int, tokens: Sequence[int], known: int = 0) -> list[int]:
+        """What the slot must still decode to hold exactly `tokens` (at least the last one,
+        for its logits), after dropping the cells where it differs."""
         seen = self._seen[slot]
         m = min(_common_prefix(seen, tokens, known), len(tokens) - 1)
         if m < len(seen):
             self.ctx.seq_rm(slot, m, -1)
             del seen[m:]
-        todo = list(tokens[m:])
-        row = self._decode(slot, todo, m)
-        return None if row is None else (row, len(todo))
+        return list(tokens[m:])
+
+    def draft(self, slot: int, feed: Sequence[int], k: int, cfg: StepConfig, greedy: bool,
+              p_min: float, stop_on_eog: bool, q_out: np.ndarray | None) -> list[int] | None:
+        """`sync` for a short `feed` (what `pending` returned) and DraftModel._draft's loop,
+        in one native call (`self.stepper`, not None): up to k draft tokens after the
+        slot's tokens and `feed`, each but the last evaluated into the slot; above
+        temperature 0 their distributions go to q_out. None when `feed` could not be
+        decoded (as `sync`)."""
+        assert self.stepper is not None
+        seen = self._seen[slot]
+        feed = tuple(feed)
+        for attempt in range(2):
+            tokens, n_eval, rc, err = self.stepper.draft(slot, len(seen), k, cfg, greedy, p_min,
+                                                         stop_on_eog, q_out, feed)
+            seen.extend((*feed, *tokens)[:n_eval])
+            if err:
+                raise step_error(err)
+            if rc == _NO_KV_SLOT:
+                freed = self._evict_idle()  # room for this round, or for the next one
+                if n_eval < len(feed) and attempt == 0 and freed:
+                    continue  # as _decode_batch: once more after making room
+            if rc:
+                logger.debug("the draft context could not decode (code %d)", rc)
+            return None if n_eval < len(feed) else list(tokens)
+        return None
 
     def step(self, slot: int, token: int) -> np.ndarray | None:
         """Evaluate one drafted token; the logits after it. Runs once per drafted token, so
@@ -218,6 +253,11 @@ class DraftModel(PacedDrafter):
         self.sampler.rng = rng
         super().__init__(pacer)
         self.greedy = greedy or params.greedy
+        self._q: np.ndarray | None = None  # the native round's q rows (k_max, n_vocab)
+        # How the native step samples the draft (None: in Python: a constraint, penalties,
+        # or no native step).
+        self._cfg = (step_config(self.sampler, "leviathan")
+                     if context.stepper is not None else None)
         self._slot: int | None = None
         self._known = 0  # tokens of the sequence the draft's cache is known to hold
 
@@ -239,6 +279,17 @@ class DraftModel(PacedDrafter):
             self.pacer.proposed(0)
             return _NO_DRAFT
         t0 = self.pacer.clock()
+        if self._cfg is not None:
+            todo = ctx.pending(self._slot, seq_tokens, self._known)
+            if len(todo) <= _NATIVE_FEED:  # a round's catch-up: decoded in the same call
+                drafted = self._draft_native(self._cfg, k, todo)
+                if drafted is None:
+                    self.pacer.proposed(0)
+                    return _NO_DRAFT
+                self._known = len(seq_tokens)
+                tokens, q = drafted
+                self.pacer.proposed(len(tokens))
+                return DraftProposal(tuple(tokens), q) if tokens else _NO_DRAFT
         synced = ctx.sync(self._slot, seq_tokens, self._known)
         if synced is None:
             self.pacer.proposed(0)
@@ -252,10 +303,15 @@ class DraftModel(PacedDrafter):
         self.pacer.proposed(len(tokens), one_off)
         if not tokens:
             return _NO_DRAFT
-        return DraftProposal(tuple(tokens), np.stack(q_rows) if q_rows else None)
+        return DraftProposal(tuple(tokens), q_rows)
 
     def _draft(self, seq_tokens: Sequence[int], logits: np.ndarray,
-               k: int) -> tuple[list[int], list[np.ndarray]]:
+               k: int) -> tuple[list[int], np.ndarray | None]:
+        """Up to k draft tokens from `logits` (after the sequence's last token) and, above
+        temperature 0, the distributions they were drawn from."""
+        if self._cfg is not None:  # a long catch-up was decoded first (`sync`)
+            drafted = self._draft_native(self._cfg, k, ())
+            return drafted if drafted is not None else ([], None)
         params, sampler = self.params, self.sampler
         history = list(seq_tokens[-params.penalty_last_n:]) if sampler.penalised else []
         tokens: list[int] = []
@@ -294,7 +350,25 @@ class DraftModel(PacedDrafter):
         finally:
             if constraint is not None and tokens:
                 constraint.rollback(len(tokens))
-        return tokens, q_rows
+        return tokens, np.stack(q_rows) if q_rows else None
+
+    def _draft_native(self, cfg: StepConfig, k: int,
+                      feed: Sequence[int]) -> tuple[list[int], np.ndarray | None] | None:
+        """`_draft` for a sampler the native step takes, after decoding `feed`: the same
+        tokens, draws and stops (the draft's generator is read through its BitGenerator, as
+        `Sampler.uniform` reads it). None when `feed` could not be decoded."""
+        assert self._slot is not None
+        q_out = None
+        n_vocab = self.context.ctx.n_vocab
+        if cfg[0] != 0:  # above temperature 0: the draft's distributions, for the verifier
+            if self._q is None or self._q.shape[0] < k:
+                self._q = np.empty((max(k, self.pacer.controller.k_max), n_vocab))
+            q_out = self._q
+        tokens = self.context.draft(self._slot, feed, k, cfg, self.greedy,
+                                    self.pacer.controller.p_min, not self.params.ignore_eos, q_out)
+        if tokens is None:
+            return None
+        return tokens, q_out[:len(tokens)] if q_out is not None and tokens else None
 
     def observe(self, drafted: int, accepted: int, seconds: float) -> None:
         self.pacer.observe(drafted, accepted)

@@ -45,6 +45,7 @@ from runtime.settings.load import DraftSettings, LoadSettings
 from runtime.speculative.api import DraftProposal, SpecSetup, Verdict
 from runtime.speculative.compat import check_draft_compat
 from runtime.speculative.draft_model import DraftContext, DraftModel, tokenizer_facts
+from runtime.speculative.lookup_gate import FreeTextGate, grammar_prefix
 from runtime.speculative.pacing import CostMemory, PacedDrafter, Pacer
 from runtime.speculative.prompt_lookup import PromptLookup
 
@@ -88,7 +89,9 @@ def _verify_greedy(drafts: Sequence[int], rows: np.ndarray, sampler: Sampler,
                    history: Sequence[int]) -> Verdict:
     """Temperature 0: the verify kernel's "greedy" mode on one-hot rows over just the ids
     that occur (the drafts and the target's argmaxes), so no row as wide as the vocabulary
-    is built: [x1 x2] vs argmaxes [x1 y z] → ids [x1 x2 y z], rows one-hot at 0, 2, 3."""
+    is built: [x1 x2] vs argmaxes [x1 y z] → ids [x1 x2 y z], rows one-hot at 0, 2, 3.
+    Rows after the first argmax that is not its draft are never read, so they are not
+    sampled (under a constraint each sampled row costs a mask)."""
     k = len(drafts)
     params = sampler.params
     past = list(history[-params.penalty_last_n:]) if sampler.penalised else []
@@ -99,6 +102,9 @@ def _verify_greedy(drafts: Sequence[int], rows: np.ndarray, sampler: Sampler,
         for i in range(k + 1):
             best.append(sampler.sample(rows[i], [*past, *drafts[:i]] if sampler.penalised
                                        else past))
+            if i < k and best[i] != drafts[i]:
+                best.extend([best[i]] * (k - i))  # rejected at x(i+1): the rest unread
+                break
             if constraint is not None and i < k:
                 if not constraint.try_advance(drafts[i]):
                     best.extend([best[i]] * (k - i))  # x(i+1) is rejected: never read
@@ -159,7 +165,16 @@ def _padded(q: np.ndarray, width: int) -> np.ndarray:
 class NgramDrafter(PacedDrafter):
     """Prompt lookup for one sequence (implements speculative_api.Drafter). Keeps the
     sequence's tokens in a growing int32 buffer, so a lookup costs no list conversion.
-    Under a constraint the proposal stops before the first token the grammar forbids."""
+
+    Under a constraint the draft begins with the tokens the grammar forces (`forced`: the
+    keys of a schema's objects and the punctuation around them, which the text may not have
+    shown yet — the first record of a list), the lookup continues from after them, and the
+    proposal stops before the first token the grammar forbids — and before free text (a
+    string's content) while the sequence's `FreeTextGate` says such drafts are not being
+    accepted (runtime.speculative.lookup_gate).
+
+        {"name": "Ann", ⟨"city": "⟩ ⟨Paris", "age⟩   forced, then looked up
+    """
 
     def __init__(self, lookup: PromptLookup, pacer: Pacer,
                  constraint: Constraint | None = None) -> None:
@@ -168,12 +183,22 @@ class NgramDrafter(PacedDrafter):
         super().__init__(pacer)
         self._buf = np.zeros(256, dtype=np.int32)
         self._n = 0
+        self.gate = FreeTextGate()
+        self._free_at: list[int] = []  # the last proposal's free-text drafts
 
     def propose(self, seq_tokens: Sequence[int], k: int) -> DraftProposal:
         k = self.pacer.start(k)
-        tokens = self.lookup.propose(self._tokens(seq_tokens), k) if k > 0 else []
+        tokens: list[int] = []
+        if k > 0:
+            buf = self._tokens(seq_tokens)
+            forced = self.constraint.forced()[:k] if self.constraint is not None else []
+            if forced:
+                buf = np.concatenate([buf, np.asarray(forced, dtype=np.int32)])
+            tokens = forced + (self.lookup.propose(buf, k - len(forced))
+                               if len(forced) < k else [])
+        self._free_at = []
         if self.constraint is not None and tokens:
-            tokens = allowed_prefix(self.constraint, tokens)
+            tokens, self._free_at = grammar_prefix(self.constraint, tokens, self.gate.open())
         self.pacer.proposed(len(tokens))
         self._publish()
         return DraftProposal(tuple(tokens)) if tokens else _NO_DRAFT
@@ -192,6 +217,9 @@ class NgramDrafter(PacedDrafter):
 
     def observe(self, drafted: int, accepted: int, seconds: float) -> None:
         self.pacer.observe(drafted, accepted)
+        if self._free_at:
+            self.gate.judge(self._free_at, accepted)
+            self._free_at = []
         self._publish()
 
     def close(self) -> None:
@@ -201,15 +229,7 @@ class NgramDrafter(PacedDrafter):
 def allowed_prefix(constraint: Constraint, tokens: Sequence[int]) -> list[int]:
     """The longest prefix of `tokens` the grammar allows from its current state (which is
     left as it was). The masks met on the way stay cached for the verifier."""
-    moved = 0
-    try:
-        for token in tokens:
-            if not constraint.try_advance(token):
-                break
-            moved += 1
-    finally:
-        constraint.rollback(moved)
-    return list(tokens[:moved])
+    return grammar_prefix(constraint, tokens)[0]
 
 
 class Speculation:
@@ -264,7 +284,7 @@ class Speculation:
             drafter_for=drafter_for, verifier=verifier, k_max=k_max, draft_name=context.name,
             notes=(f"drafting with {context.name} ({context.model.quant()}, {k_text}, "
                    f"p_min {draft.p_min}, {draft.verifier} verifier)",),
-            close=context.close)
+            close=context.close, stepper=context.stepper)
 
     def _pacer(self, draft: DraftSettings, memory: CostMemory) -> Pacer:
         return Pacer(draft, clock=self.clock, memory=memory)

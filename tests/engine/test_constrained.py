@@ -32,6 +32,7 @@ from runtime.llama.binding import Batch, LlamaContext, LlamaModel
 from runtime.llama.params import to_llama_params
 from runtime.sampling.constraint import Constraint, ConstraintCompiler
 from runtime.sampling.sampler import Sampler
+from runtime.sampling.token_mask import TokenMask
 from runtime.settings.load import DraftSettings, LoadSettings
 from runtime.speculative.api import DraftProposal, SpecSetup, Verdict
 from runtime.speculative.pacing import CostMemory, Pacer
@@ -406,14 +407,10 @@ class _FrozenMask:
     drafts' own steps through the grammar)."""
 
     def __init__(self, constraint: Constraint) -> None:
-        self.mask = constraint.allowed()
-        self.ids = constraint.allowed_ids()
+        self.frozen = constraint.mask()
 
-    def allowed(self) -> np.ndarray | None:
-        return self.mask
-
-    def allowed_ids(self) -> np.ndarray | None:
-        return self.ids
+    def mask(self) -> TokenMask | None:
+        return self.frozen
 
     def try_advance(self, token: int) -> bool:
         return True

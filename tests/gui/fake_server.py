@@ -167,7 +167,8 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/api/status":
             model = self.state.model
             self._json(200, {"state": "ready" if model else "empty", "model": model,
-                             "settings": None, "plan": model and model.get("plan")})
+                             "settings": None, "plan": model and model.get("plan"),
+                             "resident": [_resident(model)] if model else []})
         elif self.path == "/api/metrics":
             self._json(200, self._metrics())
         elif self.path == "/api/metrics/stream":
@@ -188,6 +189,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/api/load":
             self._load(body)
         elif self.path == "/api/unload":
+            model, asked = self.state.model, body.get("model")
+            if asked and (model is None or asked not in (model["name"], model["path"])):
+                self._json(404, {"error": {"message": f"{asked} is not resident",
+                                           "type": "not_found", "code": "model_not_found"}})
+                return
             self.state.model = None
             self._json(200, {"unloaded": True})
         elif self.path == "/v1/chat/completions":
@@ -291,6 +297,13 @@ class Handler(BaseHTTPRequestHandler):
             self._end_stream()
         except OSError:
             return  # the client went away (Stop): stop generating, as the real engine does
+
+
+def _resident(model: dict[str, Any]) -> dict[str, Any]:
+    """The one model, as `/api/status` lists resident ones (docs/api.md)."""
+    return {"name": model["name"], "path": model["path"], "state": "ready", "default": True,
+            "pid": os.getpid(), "ttl_s": None, "idle_s": 12.0, "active_sequences": 0,
+            "planned_bytes": model["plan"]["total_bytes"], "rss_bytes": 300 << 20}
 
 
 def _wait_for_gate_file(path: str | None, limit_s: float = 60.0) -> None:

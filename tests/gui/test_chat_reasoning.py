@@ -211,5 +211,5 @@ def test_an_older_chats_database_gains_the_new_columns(tmp_path: Path) -> None:
     finally:
         store.close()
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     check.close()

@@ -6,9 +6,14 @@ from tests.hubserver.repos import (
     GATED_TOKEN,
     TINY_DRAFT_REPO,
     TINY_REPO,
+    VISION_MODEL,
+    VISION_PROJECTOR,
+    VISION_REPO,
     add_tiny_repos,
+    add_vision_repo,
 )
 from tests.hubserver.server import FakeHub, Fault, FileStats
 
-__all__ = ["GATED_REPO", "GATED_TOKEN", "TINY_DRAFT_REPO", "TINY_REPO", "FakeHub", "Fault",
-           "FileStats", "add_tiny_repos"]
+__all__ = ["GATED_REPO", "GATED_TOKEN", "TINY_DRAFT_REPO", "TINY_REPO", "VISION_MODEL",
+           "VISION_PROJECTOR", "VISION_REPO", "FakeHub", "Fault", "FileStats", "add_tiny_repos",
+           "add_vision_repo"]

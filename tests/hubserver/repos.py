@@ -8,6 +8,12 @@
                             README.md, config.json         not models: never listed as quants
     tiny/Tiny-Draft-GGUF    tiny-draft-F32.gguf            the draft (same vocabulary)
     gated/Tiny-Gated-GGUF   tiny-gated-F32.gguf            401 unless the token is given
+
+and, added by the tests that want it (`add_vision_repo`), a vision model:
+
+    vision/Tiny-Vision-GGUF tiny-vision-F32.gguf           the target
+                            mmproj-tiny-vision-F16.gguf    its projector (tiny Gemma 3, F32
+                            mmproj-tiny-vision-F32.gguf    inside; the F32 one 4 KiB longer)
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ TINY_REPO = "tiny/Tiny-GGUF"
 TINY_DRAFT_REPO = "tiny/Tiny-Draft-GGUF"
 GATED_REPO = "gated/Tiny-Gated-GGUF"
 GATED_TOKEN = "hf_fake_gated_token_0123456789"
+VISION_REPO = "vision/Tiny-Vision-GGUF"
+VISION_MODEL = "tiny-vision-F32.gguf"
+VISION_PROJECTOR = "mmproj-tiny-vision-F16.gguf"  # the one chosen of the two
 
 
 def write_split_gguf(source: Path, dest: Path, max_tensors: int) -> list[Path]:
@@ -86,3 +95,18 @@ def add_tiny_repos(hub: FakeHub, cache: Path) -> dict[str, Path]:
     hub.add_repo(GATED_REPO, {"tiny-gated-F32.gguf": files["draft"]}, gated=True,
                  token=GATED_TOKEN, license="llama3.1", downloads=5, likes=1)
     return files
+
+
+def add_vision_repo(hub: FakeHub) -> dict[str, Path]:
+    """Add VISION_REPO (above) to `hub`; returns the local model and projector it serves."""
+    from tests.conftest import tiny_mmproj_path, tiny_model_path
+    from tests.fixtures.tiny_gguf import TARGET
+
+    target, mmproj = tiny_model_path(TARGET), tiny_mmproj_path()
+    hub.add_repo(VISION_REPO, {
+        VISION_MODEL: target,
+        VISION_PROJECTOR: mmproj,
+        "mmproj-tiny-vision-F32.gguf": mmproj.read_bytes() + bytes(4096),
+        "README.md": b"# Tiny vision\nA tiny random vision model for tests.\n",
+    }, downloads=20, likes=2, tags=("gguf", "gemma3", "image-text-to-text"))
+    return {"target": target, "mmproj": mmproj}

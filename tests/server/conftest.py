@@ -1,5 +1,12 @@
 """Fixtures for the server tests: the fake engine, the real engine on the tiny model, and a
-real uvicorn server in a thread on a free port (what the `openai` client talks to)."""
+real uvicorn server in a thread on a free port (what the `openai` client talks to).
+
+The client-API modules (OpenAI, Anthropic, Ollama, Responses) share the fake servers here:
+`fake_engine` / `fake_url` (a `FakeEngine` whose model file is
+`models_dir/owner/repo/<fake_stem>.gguf`; a module overrides the `fake_stem` fixture to name
+it otherwise) and `scripted_engine` / `scripted_url` (a `ScriptedEngine` of the Hermes
+family: a test sets its `replies` and `family`). Each module wraps the URL in its own client.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +17,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from runtime.chat.families import Family
 from runtime.engine.api import EngineAPI
 from runtime.server import ServerLimits, create_app
 from runtime.server.serve import bind_socket, server_url
@@ -23,8 +31,13 @@ from runtime.settings.load import LoadSettings
 from tests.conftest import tiny_model_path
 from tests.fixtures.tiny_gguf import TARGET
 from tests.server.fake_engine import FakeEngine
+from tests.server.scripted_engine import ScriptedEngine
 
 API_KEY = "test-key-0123456789"
+# Template families a scripted engine plays: Hermes-style calls, DeepSeek-R1-style thinking.
+HERMES = Family("hermes", tools=True, reasoning="none", arguments_as_object=True)
+R1 = Family("deepseek_r1", tools=True, reasoning="think")
+E = TypeVar("E", bound=FakeEngine)
 
 
 class ServerThread:
@@ -77,23 +90,62 @@ def models_dir(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def fake_engine(models_dir: Path) -> Iterator[FakeEngine]:
-    engine = FakeEngine()
+def loaded_fake(engine: E, models_dir: Path, stem: str = "fake") -> E:
+    """`engine` started, with the fake model `models_dir/owner/repo/<stem>.gguf` loaded."""
     engine.start()
-    engine.load(LoadSettings(model_path=fake_gguf(models_dir / "owner" / "repo" / "fake.gguf")))
+    engine.load(LoadSettings(model_path=fake_gguf(models_dir / "owner" / "repo" / f"{stem}.gguf")))
+    return engine
+
+
+@pytest.fixture
+def fake_stem() -> str:
+    """The fake model's file stem: a module overrides this fixture to name it otherwise."""
+    return "fake"
+
+
+@pytest.fixture
+def fake_engine(models_dir: Path, fake_stem: str) -> Iterator[FakeEngine]:
+    engine = loaded_fake(FakeEngine(), models_dir, fake_stem)
     yield engine
     engine.stop()
 
 
 @pytest.fixture
+def scripted_engine(models_dir: Path, fake_stem: str) -> Iterator[ScriptedEngine]:
+    """A scripted Hermes-family model (tests set `replies` and `family`)."""
+    engine = loaded_fake(ScriptedEngine(family=HERMES), models_dir, fake_stem)
+    yield engine
+    engine.stop()
+
+
+def fake_app(engine: EngineAPI, models_dir: Path, **kwargs: Any) -> FastAPI:
+    """The app the fake-engine tests serve: the test key, small limits, `models_dir`."""
+    kwargs.setdefault("api_key", API_KEY)
+    kwargs.setdefault("limits", ServerLimits(max_tokens=256, metrics_interval_s=0.05))
+    return create_app(engine, models_dir=models_dir, **kwargs)
+
+
+@pytest.fixture
 def make_app(models_dir: Path) -> Callable[..., FastAPI]:
     def make(engine: EngineAPI, **kwargs: Any) -> FastAPI:
-        kwargs.setdefault("api_key", API_KEY)
-        kwargs.setdefault("limits", ServerLimits(max_tokens=256, metrics_interval_s=0.05))
-        return create_app(engine, models_dir=models_dir, **kwargs)
+        return fake_app(engine, models_dir, **kwargs)
 
     return make
+
+
+@pytest.fixture
+def fake_url(fake_engine: FakeEngine, make_app: Callable[..., FastAPI]) -> Iterator[str]:
+    """`fake_engine` behind a real server: its URL."""
+    with ServerThread(make_app(fake_engine)) as server:
+        yield server.url
+
+
+@pytest.fixture
+def scripted_url(scripted_engine: ScriptedEngine,
+                 make_app: Callable[..., FastAPI]) -> Iterator[str]:
+    """`scripted_engine` behind a real server: its URL."""
+    with ServerThread(make_app(scripted_engine)) as server:
+        yield server.url
 
 
 def real_engine(model: Path, **settings: Any) -> EngineAPI:

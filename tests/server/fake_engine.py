@@ -158,6 +158,12 @@ class FakeEngine:
     def special_tokens(self, texts: Any) -> dict[str, int]:
         return {}
 
+    def tokenize(self, text: str, *, add_special: bool = False,
+                 parse_special: bool = False) -> list[int]:
+        if self.model is None:
+            raise NoModelLoaded("no model is loaded")
+        return list(text.encode())  # the fake's tokens are UTF-8 bytes
+
     def embed(self, inputs: Any) -> Embeddings:
         """Tokens are UTF-8 bytes (ids used as given); each vector counts byte values mod 8,
         normalised. Over `n_ctx` tokens, empty, or an id past 255: the real engine's errors."""

@@ -14,7 +14,7 @@ the tiny model with Qwen2.5's template, a forced call validates against its sche
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,22 +23,17 @@ import anthropic
 import httpx
 import jsonschema
 import pytest
-from fastapi import FastAPI
 
-from runtime.chat.families import Family
 from runtime.server import ServerLimits
-from runtime.settings.load import LoadSettings
 from tests.conftest import tiny_model_path
 from tests.fixtures.tiny_gguf import TARGET
-from tests.server.conftest import API_KEY, Served, ServerThread, fake_gguf, serving
+from tests.server.conftest import API_KEY, R1, Served, serving
 from tests.server.fake_engine import FAIL_MARKER, FakeEngine
 from tests.server.scripted_engine import ScriptedEngine
 from tests.server.sse_parse import parse_sse
 
 STEM = "fake"
 ASK = [{"role": "user", "content": "Hello"}]
-HERMES = Family("hermes", tools=True, reasoning="none", arguments_as_object=True)
-R1 = Family("deepseek_r1", tools=True, reasoning="think")
 WEATHER = {"type": "object", "properties": {"city": {"enum": ["Oslo", "Paris"]}},
            "required": ["city"], "additionalProperties": False}
 TOOLS: list[Any] = [{"name": "get_weather", "description": "Weather forecast",
@@ -47,41 +42,19 @@ T0 = {"temperature": 0}  # this SDK sends sampling through extra_body
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
 
 
-def loaded(engine: FakeEngine, models_dir: Path) -> FakeEngine:
-    engine.start()
-    engine.load(LoadSettings(model_path=fake_gguf(models_dir / "owner" / "repo" / f"{STEM}.gguf")))
-    return engine
-
 
 @pytest.fixture
-def engine(models_dir: Path) -> Iterator[FakeEngine]:
-    fake = loaded(FakeEngine(), models_dir)
-    yield fake
-    fake.stop()
-
-
-@pytest.fixture
-def url(engine: FakeEngine, make_app: Callable[..., FastAPI]) -> Iterator[str]:
-    with ServerThread(make_app(engine)) as server:
-        yield server.url
-
-
-@pytest.fixture
-def client(url: str) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(base_url=url, api_key=API_KEY, max_retries=0, timeout=60) as api:
+def client(fake_url: str) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=fake_url, api_key=API_KEY, max_retries=0, timeout=60) as api:
         yield api
 
 
 @pytest.fixture
-def scripted(models_dir: Path, make_app: Callable[..., FastAPI]
-             ) -> Iterator[tuple[ScriptedEngine, anthropic.Anthropic]]:
-    engine = loaded(ScriptedEngine(family=HERMES), models_dir)
-    try:
-        with ServerThread(make_app(engine)) as server, anthropic.Anthropic(
-                base_url=server.url, api_key=API_KEY, max_retries=0, timeout=60) as api:
-            yield engine, api
-    finally:
-        engine.stop()
+def scripted(scripted_engine: ScriptedEngine,
+             scripted_url: str) -> Iterator[tuple[ScriptedEngine, anthropic.Anthropic]]:
+    with anthropic.Anthropic(base_url=scripted_url, api_key=API_KEY, max_retries=0,
+                             timeout=60) as api:
+        yield scripted_engine, api
 
 
 def one_line(error: anthropic.APIStatusError, status: int, kind: str) -> str:
@@ -115,14 +88,14 @@ def test_whole_and_streamed_agree(client: anthropic.Anthropic) -> None:
         whole.usage.input_tokens + (whole.usage.cache_read_input_tokens or 0)
 
 
-def test_stream_events_come_in_anthropics_order(client: anthropic.Anthropic, url: str) -> None:
+def test_stream_events_come_in_anthropics_order(client: anthropic.Anthropic, fake_url: str) -> None:
     events = list(client.messages.create(model=STEM, max_tokens=6, messages=ASK, stream=True))
     kinds = [e.type for e in events]
     assert kinds[:2] == ["message_start", "content_block_start"]  # the client drops pings
     assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     assert set(kinds[2:-3]) == {"content_block_delta"}
     assert all(e.delta.type == "text_delta" for e in events if e.type == "content_block_delta")
-    raw = httpx.post(f"{url}/v1/messages", headers={"x-api-key": API_KEY}, json={
+    raw = httpx.post(f"{fake_url}/v1/messages", headers={"x-api-key": API_KEY}, json={
         "model": STEM, "max_tokens": 6, "messages": ASK, "stream": True})
     named = [(name, data["type"]) for name, data in parse_sse(raw.text)]
     assert all(name == kind for name, kind in named)
@@ -130,14 +103,14 @@ def test_stream_events_come_in_anthropics_order(client: anthropic.Anthropic, url
 
 
 def test_system_turns_and_sampling_reach_the_engine(client: anthropic.Anthropic,
-                                                    engine: FakeEngine) -> None:
+                                                    fake_engine: FakeEngine) -> None:
     client.messages.create(
         model=STEM, max_tokens=5, extra_body={"temperature": 0.4, "top_p": 0.6, "top_k": 7},
         system=[{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}],
         messages=[{"role": "user", "content": "Hi"},
                   {"role": "assistant", "content": [{"type": "text", "text": "Hello."}]},
                   {"role": "user", "content": [{"type": "text", "text": "Again"}]}])
-    request = engine.submitted[-1].request
+    request = fake_engine.submitted[-1].request
     assert [(m.role, m.content) for m in request.messages or ()] == [
         ("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello."), ("user", "Again")]
     sampling = request.sampling
@@ -168,10 +141,10 @@ def test_count_tokens_counts_the_prompt(client: anthropic.Anthropic) -> None:
         reply.usage.cache_read_input_tokens or 0)
 
 
-def test_the_key_as_x_api_key_or_bearer(url: str) -> None:
-    with anthropic.Anthropic(base_url=url, auth_token=API_KEY, max_retries=0) as bearer:
+def test_the_key_as_x_api_key_or_bearer(fake_url: str) -> None:
+    with anthropic.Anthropic(base_url=fake_url, auth_token=API_KEY, max_retries=0) as bearer:
         assert bearer.messages.create(model=STEM, max_tokens=2, messages=ASK).content
-    with anthropic.Anthropic(base_url=url, api_key="wrong", max_retries=0) as wrong, \
+    with anthropic.Anthropic(base_url=fake_url, api_key="wrong", max_retries=0) as wrong, \
             pytest.raises(anthropic.AuthenticationError) as caught:
         wrong.messages.create(model=STEM, max_tokens=2, messages=ASK)
     one_line(caught.value, 401, "authentication_error")
@@ -253,8 +226,8 @@ def test_thinking_comes_back_as_thinking_blocks(
 
 # --- errors ---------------------------------------------------------------------------------
 
-def test_max_tokens_is_required(client: anthropic.Anthropic, url: str) -> None:
-    raw = httpx.post(f"{url}/v1/messages", headers={"x-api-key": API_KEY},
+def test_max_tokens_is_required(client: anthropic.Anthropic, fake_url: str) -> None:
+    raw = httpx.post(f"{fake_url}/v1/messages", headers={"x-api-key": API_KEY},
                      json={"model": STEM, "messages": ASK})
     assert raw.status_code == 400
     assert raw.json() == {"type": "error", "error": {"type": "invalid_request_error",
@@ -264,11 +237,11 @@ def test_max_tokens_is_required(client: anthropic.Anthropic, url: str) -> None:
     assert "max_tokens" in one_line(caught.value, 400, "invalid_request_error")
 
 
-def test_max_tokens_zero_only_prefills(client: anthropic.Anthropic, engine: FakeEngine) -> None:
+def test_max_tokens_zero_only_prefills(client: anthropic.Anthropic, fake_engine: FakeEngine) -> None:
     warmed = client.messages.create(model=STEM, max_tokens=0, messages=ASK)
     assert warmed.content == [] and warmed.stop_reason == "max_tokens"
     assert warmed.usage.output_tokens == 0 and warmed.usage.input_tokens > 0
-    assert engine.submitted[-1].request.sampling.max_tokens == 1
+    assert fake_engine.submitted[-1].request.sampling.max_tokens == 1
     later = client.messages.create(model=STEM, max_tokens=2, messages=ASK)
     assert later.usage.cache_read_input_tokens
 
@@ -286,31 +259,37 @@ def test_an_unknown_model_is_404_listing_the_names(client: anthropic.Anthropic) 
     ({"max_tokens": -1}, "max_tokens"),
     ({"messages": []}, "messages"),
     ({"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
-    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "image"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
+     "content.0.source.type"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {
+        "type": "base64", "media_type": "image/png", "data": "aGk="}}]}]},
+     "messages.0.content.0: not an image"),
+    ({"messages": [{"role": "user", "content": [{"type": "document"}]}]},
+     "document blocks are not supported"),
     ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "server tool"),
     ({"messages": [*ASK, {"role": "assistant", "content": "Sure,"}]}, "prefill"),
     ({"stop_sequences": "###"}, "stop_sequences"),
     ({"temperature": -1}, "temperature"),
     ({"tools": TOOLS}, "tool"),  # the fake model's template has no call format
 ])
-def test_bad_input_is_a_one_line_400(url: str, body: dict[str, Any], words: str) -> None:
+def test_bad_input_is_a_one_line_400(fake_url: str, body: dict[str, Any], words: str) -> None:
     fields = {"model": STEM, "max_tokens": 8, "messages": ASK, **body}
-    response = httpx.post(f"{url}/v1/messages", json=fields, headers={"x-api-key": API_KEY})
+    response = httpx.post(f"{fake_url}/v1/messages", json=fields, headers={"x-api-key": API_KEY})
     assert response.status_code == 400, response.text
     error = response.json()
     assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
     assert words in error["error"]["message"] and "\n" not in error["error"]["message"]
-    assert httpx.post(f"{url}/v1/messages", headers={"x-api-key": API_KEY}, json={
+    assert httpx.post(f"{fake_url}/v1/messages", headers={"x-api-key": API_KEY}, json={
         "model": STEM, "max_tokens": 2, "messages": ASK}).status_code == 200
 
 
 def test_count_tokens_refuses_bad_input_in_anthropics_shape(client: anthropic.Anthropic,
-                                                            url: str) -> None:
+                                                            fake_url: str) -> None:
     with pytest.raises(anthropic.NotFoundError) as caught:
         client.messages.count_tokens(model="claude-x", messages=ASK)
     assert "claude-x" in one_line(caught.value, 404, "not_found_error")
     for body in ({"model": STEM}, {"model": STEM, "messages": "Hi"}, {"messages": ASK}):
-        raw = httpx.post(f"{url}/v1/messages/count_tokens", json=body,
+        raw = httpx.post(f"{fake_url}/v1/messages/count_tokens", json=body,
                          headers={"x-api-key": API_KEY})
         assert raw.status_code == 400 and raw.json()["error"]["type"] == "invalid_request_error"
     assert client.messages.count_tokens(model=STEM, messages=ASK).input_tokens > 0

@@ -23,6 +23,7 @@ from tests.server.sse_parse import chunks, parse_sse
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 CHAT = {"model": "fake", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 12,
         "temperature": 0}
+UNNAMED = {key: value for key, value in CHAT.items() if key != "model"}  # the default model
 
 
 @pytest.fixture
@@ -275,10 +276,14 @@ def test_engine_failure_is_reported_and_the_server_keeps_serving(client: TestCli
 
 def test_no_model_is_503(client: TestClient) -> None:
     assert client.post("/api/unload", json={}).json() == {"unloaded": True}
-    assert client.get("/v1/models").json()["data"] == []
-    message = assert_error(client.post("/v1/chat/completions", json=CHAT), 503,
+    listed = client.get("/v1/models").json()["data"]  # the library, none of it resident
+    assert listed and {m["outrider"]["state"] for m in listed} == {"on_disk"}
+    message = assert_error(client.post("/v1/chat/completions", json=UNNAMED), 503,
                            "model_not_loaded")
     assert "/api/load" in message
+    # Named, it is loaded just in time (the primary engine is free).
+    assert client.post("/v1/chat/completions", json=CHAT).status_code == 200
+    assert client.get("/api/status").json()["resident"][0]["name"] == "fake"
 
 
 # --- /api/ ------------------------------------------------------------------------------
@@ -368,9 +373,15 @@ def test_a_second_load_while_loading_is_409(client: TestClient, fake_engine: Fak
             assert_error(http.post("/api/load", json={"model_path": "owner/repo/fake.gguf"}),
                          409, "engine_busy")
             assert_error(http.post("/api/unload"), 409)
-            assert_error(http.post("/v1/chat/completions", json=CHAT), 503)
+            # A chat for the model being loaded waits for the load instead of a 503.
+            waiting: list[httpx.Response] = []
+            chat = threading.Thread(target=lambda: waiting.append(
+                http.post("/v1/chat/completions", json=CHAT)))
+            chat.start()
             fake_engine.load_gate.set()
             assert "event: loaded" in list(lines)
+            chat.join(timeout=30)
+            assert waiting and waiting[0].status_code == 200, waiting
         assert http.get("/api/status").json()["state"] == "ready"
 
 
@@ -399,7 +410,8 @@ def test_a_request_sent_as_loaded_arrives_is_served(client: TestClient,
 
 def test_a_503_is_not_called_an_internal_error(client: TestClient) -> None:
     client.post("/api/unload", json={})
-    message = assert_error(client.post("/v1/chat/completions", json=CHAT), 503, "model_not_loaded")
+    message = assert_error(client.post("/v1/chat/completions", json=UNNAMED), 503,
+                           "model_not_loaded")
     assert "internal error" not in message
 
 

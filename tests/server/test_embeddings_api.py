@@ -1,6 +1,9 @@
 """`POST /v1/embeddings` on the real engine: the official `openai` client (base64, its
 default, and float), every input shape OpenAI takes, one-line errors after which the server
-keeps serving, a reranker refused, and an embedding request beside a chat stream."""
+keeps serving, a reranker refused (OpenAI's and Ollama's routes), and an embedding request
+beside a chat stream. An encoder-only model (the tiny BERT) says it can only embed
+(`capabilities`), and every dialect's generation route refuses it with a one-line 400 in
+that dialect's shape (OpenAI, Anthropic, Ollama) while it goes on embedding."""
 
 from __future__ import annotations
 
@@ -11,9 +14,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import gguf
 import httpx
 import numpy as np
+import ollama
 import openai
 import pytest
 
@@ -108,7 +113,93 @@ def test_a_reranker_is_a_400(tmp_path: Path) -> None:
         assert reply.status_code == 400
         error = reply.json()["error"]
         assert error["type"] == "invalid_request_error" and "reranker" in error["message"]
-        assert httpx.get(f"{served.url}/v1/models", headers=AUTH).status_code == 200
+        models = httpx.get(f"{served.url}/v1/models", headers=AUTH)
+        assert models.json()["data"][0]["outrider"]["capabilities"] == []  # it only scores
+        with ollama.Client(host=served.url, headers=AUTH, timeout=60) as api:
+            for call in (lambda: api.embed("rank", input="hello"),
+                         lambda: api.embeddings("rank", prompt="hello"),
+                         lambda: api.chat("rank", messages=[{"role": "user", "content": "hi"}])):
+                with pytest.raises(ollama.ResponseError) as caught:
+                    call()
+                assert caught.value.status_code == 400
+                message = caught.value.error
+                assert ("reranker" in message or "cannot write" in message) and "\n" not in message
+            assert api.show("rank").capabilities == []
+        assert httpx.get(f"{served.url}/api/tags", headers=AUTH).status_code == 200
+
+
+# --- an encoder-only model: it embeds, it does not write ------------------------------------
+
+def test_capabilities_say_who_writes_and_who_embeds(bert_server: Served,
+                                                    tiny_server: Served) -> None:
+    def capabilities(served: Served) -> list[str]:
+        (card,) = httpx.get(f"{served.url}/v1/models", headers=AUTH).json()["data"]
+        listed: list[str] = card["outrider"]["capabilities"]
+        return listed
+
+    assert capabilities(bert_server) == ["embeddings"]
+    assert capabilities(tiny_server) == ["chat", "structured_output", "embeddings"]
+    with ollama.Client(host=bert_server.url, headers=AUTH, timeout=60) as api:
+        assert api.show("tiny-bert").capabilities == ["embedding"]
+    with ollama.Client(host=tiny_server.url, headers=AUTH, timeout=60) as api:
+        shown = api.show(tiny_server.engine.status().model.name)
+        assert shown.capabilities == ["completion", "embedding"]
+
+
+ASK = [{"role": "user", "content": "hello"}]
+
+
+def _openai_400(call: Any) -> str:
+    with pytest.raises(openai.BadRequestError) as caught:
+        call()
+    body = caught.value.body
+    assert isinstance(body, dict) and body["type"] == "invalid_request_error" and body["code"]
+    return str(body["message"])
+
+
+def _anthropic_400(call: Any) -> str:
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        call()
+    body = caught.value.body
+    assert isinstance(body, dict) and body["type"] == "error", body
+    assert body["error"]["type"] == "invalid_request_error"
+    return str(body["error"]["message"])
+
+
+def _ollama_400(call: Any) -> str:
+    with pytest.raises(ollama.ResponseError) as caught:
+        call()
+    assert caught.value.status_code == 400
+    return str(caught.value.error)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_every_generation_route_refuses_an_embedding_model(bert_server: Served,
+                                                           stream: bool) -> None:
+    url, model = bert_server.url, "tiny-bert"
+    with openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0, timeout=60) as oa, \
+            anthropic.Anthropic(base_url=url, api_key=API_KEY, max_retries=0, timeout=60) as an, \
+            ollama.Client(host=url, headers=AUTH, timeout=60) as ol:
+        messages: list[str] = [
+            _openai_400(lambda: oa.chat.completions.create(model=model, messages=ASK,
+                                                           max_tokens=4, stream=stream)),
+            _openai_400(lambda: oa.completions.create(model=model, prompt="hello", max_tokens=4,
+                                                      stream=stream)),
+            _openai_400(lambda: oa.responses.create(model=model, input="hello",
+                                                    max_output_tokens=4, stream=stream)),
+            _anthropic_400(lambda: an.messages.create(model=model, max_tokens=4, messages=ASK,
+                                                      stream=stream)),
+            # the ollama client reads a stream's status when it is iterated
+            _ollama_400(lambda: list(ol.chat(model, messages=ASK, stream=True)) if stream
+                        else ol.chat(model, messages=ASK)),
+            _ollama_400(lambda: list(ol.generate(model, "hello", stream=True)) if stream
+                        else ol.generate(model, "hello")),
+            _ollama_400(lambda: ol.generate(model, "hello", raw=True)),
+        ]
+        for message in messages:
+            assert "tiny-bert is an embedding model" in message and "\n" not in message
+        assert len(oa.embeddings.create(model=model, input="still embedding").data) == 1
+        assert len(ol.embed(model, input="still embedding").embeddings) == 1
 
 
 def test_embeddings_beside_a_chat_stream(tiny_server: Served) -> None:

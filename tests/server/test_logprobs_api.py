@@ -15,8 +15,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from runtime.settings.load import LoadSettings
-from tests.server.conftest import API_KEY, Served, fake_gguf
+from tests.server.conftest import API_KEY, Served, loaded_fake
 from tests.server.scripted_engine import ScriptedEngine
 from tests.server.sse_parse import chunks
 
@@ -35,9 +34,7 @@ PROMPT = {"prompt": "Hi", "max_tokens": 16}
 
 @pytest.fixture
 def engine(models_dir: Path) -> Iterator[ScriptedEngine]:
-    scripted = ScriptedEngine([REPLY])
-    scripted.start()
-    scripted.load(LoadSettings(model_path=fake_gguf(models_dir / "owner" / "repo" / "fake.gguf")))
+    scripted = loaded_fake(ScriptedEngine([REPLY]), models_dir)
     yield scripted
     scripted.stop()
 

@@ -19,14 +19,11 @@ from typing import Any
 import httpx
 import ollama
 import pytest
-from fastapi import FastAPI
 
-from runtime.chat.families import Family
-from runtime.settings.load import LoadSettings
 from tests.hubserver.fixtures import fake_hub  # noqa: F401  (a fixture)
 from tests.hubserver.repos import TINY_REPO
 from tests.hubserver.server import FakeHub
-from tests.server.conftest import API_KEY, Served, ServerThread, fake_gguf
+from tests.server.conftest import API_KEY, R1, Served, fake_gguf
 from tests.server.fake_engine import FAIL_MARKER, FakeEngine
 from tests.server.scripted_engine import ScriptedEngine
 
@@ -34,8 +31,6 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 NAME = "owner/repo:Q4_0"  # the fake model's Ollama name (models/owner/repo/fake-Q4_0.gguf)
 STEM = "fake-Q4_0"
 ASK = [{"role": "user", "content": "Hello"}]
-HERMES = Family("hermes", tools=True, reasoning="none", arguments_as_object=True)
-R1 = Family("deepseek_r1", tools=True, reasoning="think")
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather forecast",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -43,42 +38,24 @@ TOOLS = [{"type": "function", "function": {
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
 
 
-def loaded(engine: FakeEngine, models_dir: Path) -> FakeEngine:
-    engine.start()
-    engine.load(LoadSettings(model_path=fake_gguf(models_dir / "owner" / "repo" / f"{STEM}.gguf")))
-    return engine
+
+@pytest.fixture
+def fake_stem() -> str:
+    return STEM  # the fake model's file: models/owner/repo/fake-Q4_0.gguf
 
 
 @pytest.fixture
-def engine(models_dir: Path) -> Iterator[FakeEngine]:
-    fake = loaded(FakeEngine(), models_dir)
-    yield fake
-    fake.stop()
-
-
-@pytest.fixture
-def url(engine: FakeEngine, make_app: Callable[..., FastAPI]) -> Iterator[str]:
-    with ServerThread(make_app(engine)) as server:
-        yield server.url
-
-
-@pytest.fixture
-def client(url: str) -> Iterator[ollama.Client]:
-    with ollama.Client(host=url, headers=AUTH, timeout=60) as api:
+def client(fake_url: str) -> Iterator[ollama.Client]:
+    with ollama.Client(host=fake_url, headers=AUTH, timeout=60) as api:
         yield api
 
 
 @pytest.fixture
-def scripted(models_dir: Path, make_app: Callable[..., FastAPI]
-             ) -> Iterator[tuple[ScriptedEngine, ollama.Client]]:
-    """A scripted Hermes-family model (tests set `engine.replies` and `engine.family`)."""
-    engine = loaded(ScriptedEngine(family=HERMES), models_dir)
-    try:
-        with ServerThread(make_app(engine)) as server, \
-                ollama.Client(host=server.url, headers=AUTH, timeout=60) as api:
-            yield engine, api
-    finally:
-        engine.stop()
+def scripted(scripted_engine: ScriptedEngine,
+             scripted_url: str) -> Iterator[tuple[ScriptedEngine, ollama.Client]]:
+    """The scripted Hermes-family model (tests set `engine.replies` and `engine.family`)."""
+    with ollama.Client(host=scripted_url, headers=AUTH, timeout=60) as api:
+        yield scripted_engine, api
 
 
 def error_of(call: Callable[[], Any], status: int) -> str:
@@ -93,8 +70,8 @@ def error_of(call: Callable[[], Any], status: int) -> str:
 
 # --- models ---------------------------------------------------------------------------------
 
-def test_version_list_show_and_ps_parse_in_the_client(client: ollama.Client, url: str) -> None:
-    version = httpx.get(f"{url}/api/version", headers=AUTH).json()
+def test_version_list_show_and_ps_parse_in_the_client(client: ollama.Client, fake_url: str) -> None:
+    version = httpx.get(f"{fake_url}/api/version", headers=AUTH).json()
     assert version["version"].count(".") == 2
     (model,) = client.list().models
     assert model.model == NAME and model.size and model.size > 0
@@ -138,40 +115,40 @@ def test_chat_whole_and_streamed_agree(client: ollama.Client) -> None:
     assert parts[-1].done_reason == "length" and parts[-1].eval_count == 12
 
 
-def test_generate_whole_streamed_and_raw(client: ollama.Client, engine: FakeEngine) -> None:
+def test_generate_whole_streamed_and_raw(client: ollama.Client, fake_engine: FakeEngine) -> None:
     options = {"num_predict": 10, "temperature": 0}
     whole = client.generate(NAME, "Once upon a time", system="Tell tales.", options=options)
     streamed = "".join(p.response for p in client.generate(NAME, "Once upon a time",
                                                            system="Tell tales.",
                                                            options=options, stream=True))
     assert whole.response and streamed == whole.response
-    messages = engine.submitted[-1].request.messages or ()
+    messages = fake_engine.submitted[-1].request.messages or ()
     assert [(m.role, m.content) for m in messages] == [("system", "Tell tales."),
                                                        ("user", "Once upon a time")]
     client.generate(NAME, "Once upon a time", raw=True, options=options)
-    assert engine.submitted[-1].request.prompt == "Once upon a time"
+    assert fake_engine.submitted[-1].request.prompt == "Once upon a time"
 
 
-def test_options_reach_the_engine(client: ollama.Client, engine: FakeEngine) -> None:
+def test_options_reach_the_engine(client: ollama.Client, fake_engine: FakeEngine) -> None:
     client.chat(NAME, messages=ASK, options={
         "num_predict": 7, "temperature": 0.3, "top_k": 5, "top_p": 0.5, "min_p": 0.1,
         "seed": 42, "stop": ["\n\n"], "repeat_penalty": 1.2, "repeat_last_n": 16,
         "num_ctx": 2048, "num_gpu": 99, "num_thread": 4}, keep_alive="5m")
-    sampling = engine.submitted[-1].request.sampling
+    sampling = fake_engine.submitted[-1].request.sampling
     assert (sampling.max_tokens, sampling.temperature, sampling.top_k, sampling.top_p,
             sampling.min_p, sampling.seed, sampling.stop, sampling.repeat_penalty,
             sampling.penalty_last_n) == (7, 0.3, 5, 0.5, 0.1, 42, ("\n\n",), 1.2, 16)
     client.chat(NAME, messages=ASK, options={"num_predict": -1})
-    assert engine.submitted[-1].request.sampling.max_tokens == 2048  # the server default
+    assert fake_engine.submitted[-1].request.sampling.max_tokens == 2048  # the server default
 
 
-def test_format_is_a_constraint(client: ollama.Client, engine: FakeEngine) -> None:
+def test_format_is_a_constraint(client: ollama.Client, fake_engine: FakeEngine) -> None:
     client.chat(NAME, messages=ASK, format="json", options={"num_predict": 4})
-    constraint = engine.submitted[-1].request.constraint
+    constraint = fake_engine.submitted[-1].request.constraint
     assert constraint is not None and constraint.kind == "json_object"
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     client.generate(NAME, "Count", format=schema, options={"num_predict": 4})
-    constraint = engine.submitted[-1].request.constraint
+    constraint = fake_engine.submitted[-1].request.constraint
     assert constraint is not None and constraint.kind == "json_schema"
     assert json.loads(constraint.source) == schema
 
@@ -240,7 +217,7 @@ def test_a_tool_round_trip_reaches_the_template(
     assert (tool.role, tool.content, tool.name) == ("tool", "Rain, 4 °C", "get_weather")
 
 
-def test_embed_and_the_older_embeddings(client: ollama.Client, url: str) -> None:
+def test_embed_and_the_older_embeddings(client: ollama.Client, fake_url: str) -> None:
     both = client.embed(NAME, input=["a cat", "a kitten"])
     assert len(both.embeddings) == 2 and both.prompt_eval_count == len("a cat") + len("a kitten")
     assert all(abs(sum(x * x for x in v) - 1.0) < 1e-5 for v in both.embeddings)
@@ -272,16 +249,17 @@ def test_an_unknown_model_is_404_listing_the_names(client: ollama.Client) -> Non
     ({"messages": ASK, "format": "yaml"}, "format"),
     ({"messages": ASK, "format": {"type": "object", "properties": {"x": {"type": "strnig"}}}},
      "strnig"),
-    ({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, "images"),
+    ({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]},
+     "messages.0.images.0: not an image"),
     ({"messages": ASK, "tools": TOOLS}, "tool"),  # the fake model's template has no calls
     ({"messages": ASK, "stream": "yes"}, "stream"),
 ])
-def test_bad_input_is_a_one_line_400(url: str, body: dict[str, Any], words: str) -> None:
-    response = httpx.post(f"{url}/api/chat", json={"model": NAME, **body}, headers=AUTH)
+def test_bad_input_is_a_one_line_400(fake_url: str, body: dict[str, Any], words: str) -> None:
+    response = httpx.post(f"{fake_url}/api/chat", json={"model": NAME, **body}, headers=AUTH)
     assert response.status_code == 400, response.text
     message = response.json()["error"]
     assert isinstance(message, str) and words in message and "\n" not in message
-    assert httpx.post(f"{url}/api/chat", headers=AUTH, json={
+    assert httpx.post(f"{fake_url}/api/chat", headers=AUTH, json={
         "model": NAME, "messages": ASK, "stream": False}).status_code == 200
 
 
@@ -289,22 +267,22 @@ def test_bad_input_is_a_one_line_400(url: str, body: dict[str, Any], words: str)
     ("/api/chat", {"messages": ASK}), ("/api/generate", {"prompt": "Hi"}),
     ("/api/show", {}), ("/api/embed", {"input": "Hi"}), ("/api/embeddings", {"prompt": "Hi"}),
     ("/api/pull", {})])
-def test_every_route_refuses_a_missing_or_mistyped_model(url: str, path: str,
+def test_every_route_refuses_a_missing_or_mistyped_model(fake_url: str, path: str,
                                                          body: dict[str, Any]) -> None:
     for model in ({}, {"model": 5}, {"model": ["x"]}):
-        response = httpx.post(f"{url}{path}", json={**body, **model}, headers=AUTH)
+        response = httpx.post(f"{fake_url}{path}", json={**body, **model}, headers=AUTH)
         assert response.status_code == 400, (path, model, response.text)
         message = response.json()["error"]
         assert isinstance(message, str) and "model" in message and "\n" not in message
-    assert httpx.get(f"{url}/api/tags", headers=AUTH).status_code == 200
+    assert httpx.get(f"{fake_url}/api/tags", headers=AUTH).status_code == 200
 
 
-def test_missing_model_wrong_key_and_unknown_route_in_ollama_shape(url: str) -> None:
-    missing = httpx.post(f"{url}/api/chat", json={"messages": ASK}, headers=AUTH)
+def test_missing_model_wrong_key_and_unknown_route_in_ollama_shape(fake_url: str) -> None:
+    missing = httpx.post(f"{fake_url}/api/chat", json={"messages": ASK}, headers=AUTH)
     assert missing.status_code == 400 and "model" in missing.json()["error"]
-    unauthorized = httpx.get(f"{url}/api/tags")
+    unauthorized = httpx.get(f"{fake_url}/api/tags")
     assert unauthorized.status_code == 401 and "API key" in unauthorized.json()["error"]
-    unknown = httpx.post(f"{url}/api/create", json={"model": "x"}, headers=AUTH)
+    unknown = httpx.post(f"{fake_url}/api/create", json={"model": "x"}, headers=AUTH)
     assert unknown.status_code == 404 and isinstance(unknown.json()["error"], str)
 
 
@@ -318,18 +296,18 @@ def test_an_engine_failure_is_an_error_and_the_server_keeps_serving(client: olla
 
 # --- Outrider's own /api/ routes beside Ollama's -------------------------------------------
 
-def test_outriders_own_routes_still_work(url: str, models_dir: Path) -> None:
-    status = httpx.get(f"{url}/api/status", headers=AUTH).json()
+def test_outriders_own_routes_still_work(fake_url: str, models_dir: Path) -> None:
+    status = httpx.get(f"{fake_url}/api/status", headers=AUTH).json()
     assert status["state"] == "ready" and status["model"]["name"] == STEM
-    assert "decode_tokens_per_s" in httpx.get(f"{url}/api/metrics", headers=AUTH).json()
-    refused = httpx.post(f"{url}/api/load", json={"model_path": "/etc/passwd"}, headers=AUTH)
+    assert "decode_tokens_per_s" in httpx.get(f"{fake_url}/api/metrics", headers=AUTH).json()
+    refused = httpx.post(f"{fake_url}/api/load", json={"model_path": "/etc/passwd"}, headers=AUTH)
     assert refused.status_code == 403
     assert refused.json()["error"]["code"] == "path_not_allowed"  # OpenAI's shape, as before
     path = str(models_dir / "owner" / "repo" / f"{STEM}.gguf")
-    with httpx.stream("POST", f"{url}/api/load", json={"model_path": path, "n_ctx": 1024},
+    with httpx.stream("POST", f"{fake_url}/api/load", json={"model_path": path, "n_ctx": 1024},
                       headers=AUTH, timeout=30) as load:
         assert load.status_code == 200 and "loaded" in load.read().decode()
-    assert httpx.get(f"{url}/api/ps", headers=AUTH).json()["models"][0]["context_length"] == 1024
+    assert httpx.get(f"{fake_url}/api/ps", headers=AUTH).json()["models"][0]["context_length"] == 1024
 
 
 # --- pull through the download manager -----------------------------------------------------

@@ -5,16 +5,19 @@ SDK's own `responses.stream` accumulation, and the raw events in OpenAI's order)
 text or items, instructions and sampling reach the engine's request; function tools come
 back as `function_call` items (streamed as argument deltas), `function_call_output` items
 go back to the template; reasoning comes back as a reasoning item; `text.format` is a
-constraint; storing is refused with a 400 that says why; bad input is a one-line error in
-OpenAI's shape and the server keeps serving. On the tiny model (and the default model, e2e):
-streamed equals whole at temperature 0; on the tiny model with Qwen2.5's template, a forced
-call validates against its schema and a round trip renders.
+constraint; `include: ["message.output_text.logprobs"]` puts each token's logprobs on the
+output text (streamed: on the deltas, adding up to the whole); storing is refused with a 400
+that says why (store: false only); bad input is a one-line error in OpenAI's shape and the
+server keeps serving. On the tiny model (and the default model, e2e): streamed equals whole
+at temperature 0, logprobs included; on the tiny model with Qwen2.5's template, a forced call
+validates against its schema and a round trip renders.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import math
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,64 +26,39 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from fastapi import FastAPI
 
-from runtime.chat.families import Family
 from runtime.server import ServerLimits
-from runtime.settings.load import LoadSettings
 from tests.conftest import tiny_model_path
 from tests.fixtures.tiny_gguf import TARGET
-from tests.server.conftest import API_KEY, Served, ServerThread, fake_gguf, serving
+from tests.server.conftest import API_KEY, R1, Served, serving
 from tests.server.fake_engine import FAIL_MARKER, FakeEngine
 from tests.server.scripted_engine import ScriptedEngine
 from tests.server.sse_parse import parse_sse
 
 STEM = "fake"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-HERMES = Family("hermes", tools=True, reasoning="none", arguments_as_object=True)
-R1 = Family("deepseek_r1", tools=True, reasoning="think")
 WEATHER = {"type": "object", "properties": {"city": {"enum": ["Oslo", "Paris"]}},
            "required": ["city"], "additionalProperties": False}
 TOOLS: list[Any] = [{"type": "function", "name": "get_weather", "description": "Weather",
                      "parameters": WEATHER}]
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+LOGPROBS: list[Any] = ["message.output_text.logprobs"]
 
-
-def loaded(engine: FakeEngine, models_dir: Path) -> FakeEngine:
-    engine.start()
-    engine.load(LoadSettings(model_path=fake_gguf(models_dir / "owner" / "repo" / f"{STEM}.gguf")))
-    return engine
 
 
 @pytest.fixture
-def engine(models_dir: Path) -> Iterator[FakeEngine]:
-    fake = loaded(FakeEngine(), models_dir)
-    yield fake
-    fake.stop()
-
-
-@pytest.fixture
-def url(engine: FakeEngine, make_app: Callable[..., FastAPI]) -> Iterator[str]:
-    with ServerThread(make_app(engine)) as server:
-        yield server.url
-
-
-@pytest.fixture
-def client(url: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0, timeout=60) as api:
+def client(fake_url: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{fake_url}/v1", api_key=API_KEY, max_retries=0,
+                       timeout=60) as api:
         yield api
 
 
 @pytest.fixture
-def scripted(models_dir: Path, make_app: Callable[..., FastAPI]
-             ) -> Iterator[tuple[ScriptedEngine, openai.OpenAI]]:
-    engine = loaded(ScriptedEngine(family=HERMES), models_dir)
-    try:
-        with ServerThread(make_app(engine)) as server, openai.OpenAI(
-                base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, timeout=60) as api:
-            yield engine, api
-    finally:
-        engine.stop()
+def scripted(scripted_engine: ScriptedEngine,
+             scripted_url: str) -> Iterator[tuple[ScriptedEngine, openai.OpenAI]]:
+    with openai.OpenAI(base_url=f"{scripted_url}/v1", api_key=API_KEY, max_retries=0,
+                       timeout=60) as api:
+        yield scripted_engine, api
 
 
 def one_line_400(error: openai.APIStatusError) -> str:
@@ -120,8 +98,8 @@ def test_the_sdk_stream_assembles_the_whole(
     assert final.usage is not None and final.usage.output_tokens == whole.usage.output_tokens
 
 
-def test_stream_events_come_in_openais_order(url: str) -> None:
-    raw = httpx.post(f"{url}/v1/responses", headers=AUTH, json={
+def test_stream_events_come_in_openais_order(fake_url: str) -> None:
+    raw = httpx.post(f"{fake_url}/v1/responses", headers=AUTH, json={
         "model": STEM, "input": "Hello", "max_output_tokens": 6, "stream": True})
     events = parse_sse(raw.text)
     names = [name for name, _ in events]
@@ -137,7 +115,7 @@ def test_stream_events_come_in_openais_order(url: str) -> None:
 
 
 def test_input_items_instructions_and_sampling_reach_the_engine(client: openai.OpenAI,
-                                                                engine: FakeEngine) -> None:
+                                                                fake_engine: FakeEngine) -> None:
     client.responses.create(model=STEM, instructions="Be brief.", max_output_tokens=5,
                             temperature=0.4, top_p=0.6, store=False, input=[
                                 {"role": "user", "content": "Hi"},
@@ -145,18 +123,18 @@ def test_input_items_instructions_and_sampling_reach_the_engine(client: openai.O
                                     {"type": "output_text", "text": "Hello."}]},
                                 {"role": "user", "content": [
                                     {"type": "input_text", "text": "Again"}]}])
-    request = engine.submitted[-1].request
+    request = fake_engine.submitted[-1].request
     assert [(m.role, m.content) for m in request.messages or ()] == [
         ("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello."), ("user", "Again")]
     sampling = request.sampling
     assert (sampling.max_tokens, sampling.temperature, sampling.top_p) == (5, 0.4, 0.6)
 
 
-def test_text_format_is_a_constraint(client: openai.OpenAI, engine: FakeEngine) -> None:
+def test_text_format_is_a_constraint(client: openai.OpenAI, fake_engine: FakeEngine) -> None:
     client.responses.create(model=STEM, input="JSON please", max_output_tokens=4,
                             text={"format": {"type": "json_schema", "name": "w",
                                              "schema": WEATHER}})
-    constraint = engine.submitted[-1].request.constraint
+    constraint = fake_engine.submitted[-1].request.constraint
     assert constraint is not None and constraint.kind == "json_schema"
     assert json.loads(constraint.source) == WEATHER
 
@@ -166,7 +144,10 @@ def test_text_format_is_a_constraint(client: openai.OpenAI, engine: FakeEngine) 
 def test_storing_is_refused_saying_why(client: openai.OpenAI, fields: dict[str, Any]) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model=STEM, input="Hi", **fields)
-    assert "not stored" in one_line_400(caught.value) or "storing" in one_line_400(caught.value)
+    message = one_line_400(caught.value)
+    assert "not stored" in message or "storing" in message
+    if "previous_response_id" in fields:
+        assert "store: false only" in message and "input" in message
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve("resp_1")
     assert client.responses.create(model=STEM, input="Hi", max_output_tokens=2).output_text
@@ -238,6 +219,73 @@ def test_reasoning_is_a_reasoning_item(scripted: tuple[ScriptedEngine, openai.Op
     assert final.output_text == "Hello!"
 
 
+# --- logprobs -------------------------------------------------------------------------------
+
+def test_logprobs_ride_on_the_output_text(scripted: tuple[ScriptedEngine, openai.OpenAI]) -> None:
+    engine, client = scripted
+    engine.replies = ["Hello there"]  # six tokens of two characters (the scripted engine's)
+    pieces = ["He", "ll", "o ", "th", "er", "e"]
+    fields: dict[str, Any] = {"model": STEM, "input": "Hi", "include": LOGPROBS,
+                              "top_logprobs": 2}
+    whole = client.responses.create(**fields)
+    (message,) = whole.output
+    assert message.type == "message"
+    entries = message.content[0].logprobs or []
+    assert [e.token for e in entries] == pieces
+    assert [e.logprob for e in entries] == [-0.5 * k for k in range(6)]
+    assert [e.bytes for e in entries] == [list(p.encode()) for p in pieces]
+    assert all(len(e.top_logprobs) == 2 for e in entries)
+    assert engine.requests[-1].logprobs == 2
+    events = list(client.responses.create(**fields, stream=True))
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert [x.token for d in deltas for x in d.logprobs] == pieces
+    (done,) = [e for e in events if e.type == "response.output_text.done"]
+    assert [x.token for x in done.logprobs] == pieces
+    final = events[-1]
+    assert final.type == "response.completed"
+    assert [x.token for x in final.response.output[0].content[0].logprobs or ()] == pieces
+    plain = client.responses.create(model=STEM, input="Hi")
+    assert not plain.output[0].content[0].logprobs and engine.requests[-1].logprobs is None
+
+
+def test_logprobs_of_a_reply_with_a_call(scripted: tuple[ScriptedEngine, openai.OpenAI]) -> None:
+    """Every generated token counts, as on the chat route: the call's tokens ride on the
+    message's text."""
+    engine, client = scripted
+    engine.replies = ["Let me look." + CALL]
+    whole = client.responses.create(model=STEM, input="Weather?", tools=TOOLS, include=LOGPROBS)
+    message, call = whole.output
+    assert call.type == "function_call"
+    tokens = "".join(e.token for e in message.content[0].logprobs or ())
+    assert tokens == "Let me look." + CALL
+    events = list(client.responses.create(model=STEM, input="Weather?", tools=TOOLS,
+                                          include=LOGPROBS, stream=True))
+    streamed = "".join(x.token for e in events if e.type == "response.output_text.delta"
+                       for x in e.logprobs)
+    assert streamed == tokens
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    ({"top_logprobs": 3}, "include"),
+    ({"include": LOGPROBS, "top_logprobs": 21}, "top_logprobs"),
+    ({"include": LOGPROBS, "top_logprobs": "3"}, "top_logprobs"),
+    ({"include": "message.output_text.logprobs"}, "include"),
+    ({"include": [5]}, "include"),
+])
+def test_bad_logprobs_fields_are_a_one_line_400(client: openai.OpenAI, fields: dict[str, Any],
+                                                words: str) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model=STEM, input="Hi", **fields)
+    assert words in one_line_400(caught.value)
+
+
+def test_other_include_values_are_ignored(client: openai.OpenAI) -> None:
+    """Codex and other clients send `reasoning.encrypted_content` with store: false."""
+    reply = client.responses.create(model=STEM, input="Hi", max_output_tokens=3, store=False,
+                                    include=["reasoning.encrypted_content"])
+    assert reply.output_text and not reply.output[0].content[0].logprobs
+
+
 # --- errors ---------------------------------------------------------------------------------
 
 def test_an_unknown_model_is_404_listing_the_names(client: openai.OpenAI) -> None:
@@ -253,24 +301,26 @@ def test_an_unknown_model_is_404_listing_the_names(client: openai.OpenAI) -> Non
     ({"input": None}, "input"),
     ({"max_output_tokens": "8"}, "max_output_tokens"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
-     "input_image"),
+     "input.0.content.0: an image URL must be a data: URI"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
+     "file_id is not supported"),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "not stored"),
     ({"tools": [{"type": "web_search"}]}, "web_search"),
     ({"tools": TOOLS}, "tool"),  # the fake model's template has no call format
     ({"text": {"format": {"type": "json_schema", "schema": {"type": "strnig"}}}}, "strnig"),
 ])
-def test_bad_input_is_a_one_line_400(url: str, body: dict[str, Any], words: str) -> None:
+def test_bad_input_is_a_one_line_400(fake_url: str, body: dict[str, Any], words: str) -> None:
     fields = {"model": STEM, "input": "Hi", **body}
-    response = httpx.post(f"{url}/v1/responses", json=fields, headers=AUTH)
+    response = httpx.post(f"{fake_url}/v1/responses", json=fields, headers=AUTH)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["code"] and words in error["message"] and "\n" not in error["message"]
-    assert httpx.post(f"{url}/v1/responses", headers=AUTH, json={
+    assert httpx.post(f"{fake_url}/v1/responses", headers=AUTH, json={
         "model": STEM, "input": "Hi", "max_output_tokens": 2}).status_code == 200
 
 
-def test_missing_model_and_an_engine_failure(client: openai.OpenAI, url: str) -> None:
-    missing = httpx.post(f"{url}/v1/responses", json={"input": "Hi"}, headers=AUTH)
+def test_missing_model_and_an_engine_failure(client: openai.OpenAI, fake_url: str) -> None:
+    missing = httpx.post(f"{fake_url}/v1/responses", json={"input": "Hi"}, headers=AUTH)
     assert missing.status_code == 400 and missing.json()["error"]["param"] == "model"
     with pytest.raises(openai.InternalServerError):
         client.responses.create(model=STEM, input=FAIL_MARKER)
@@ -297,6 +347,27 @@ def test_real_streamed_equals_whole_at_t0(real: tuple[openai.OpenAI, str]) -> No
                        if e.type == "response.output_text.delta")
     assert streamed == whole.output_text
     assert whole.usage is not None and 0 < whole.usage.output_tokens <= 16
+
+
+def test_real_logprobs_streamed_equal_whole_at_t0(real: tuple[openai.OpenAI, str]) -> None:
+    client, name = real
+    fields: dict[str, Any] = {"model": name, "input": "Name a colour.", "max_output_tokens": 12,
+                              "temperature": 0, "include": LOGPROBS, "top_logprobs": 3}
+    whole = client.responses.create(**fields)
+    entries = [e for item in whole.output if item.type == "message"
+               for e in item.content[0].logprobs or ()]
+    assert whole.usage is not None and len(entries) == whole.usage.output_tokens
+    for entry in entries:
+        values = [t.logprob for t in entry.top_logprobs]
+        assert len(values) == 3 and values == sorted(values, reverse=True)
+        assert math.isclose(entry.logprob, values[0], abs_tol=1e-4)  # greedy takes the top one
+    streamed = [x for e in client.responses.create(**fields, stream=True)
+                if e.type == "response.output_text.delta" for x in e.logprobs]
+    # The second request reuses the first's cached prompt cells: the same tokens, logits
+    # equal up to llama.cpp's batch-shape rounding.
+    assert [e.token for e in streamed] == [e.token for e in entries]
+    assert all(math.isclose(a.logprob, b.logprob, abs_tol=0.01)
+               for a, b in zip(streamed, entries, strict=True))
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -73,6 +74,30 @@ def test_serve_prints_ready_answers_and_dies_with_its_parent(
         stderr.close()
 
 
+def test_ollama_port_serves_the_same_models_on_a_second_port(tiny_target: Path,
+                                                              tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        ollama_port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        serve_command("--port", "0", "--ollama-port", str(ollama_port), "--ctx", "512",
+                      str(tiny_target)),
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=Path(__file__).parents[2])
+    try:
+        ready = json.loads(first_line(process)[len(READY_PREFIX) + 1:])
+        assert ready["ollama_url"] == f"http://127.0.0.1:{ollama_port}"
+        main = httpx.get(f"{ready['url']}/api/tags").json()
+        assert httpx.get(f"{ready['ollama_url']}/api/tags").json() == main
+        reply = httpx.post(f"{ready['ollama_url']}/api/generate", timeout=60, json={
+            "model": tiny_target.stem, "prompt": "Hi", "stream": False,
+            "options": {"num_predict": 2}})
+        assert reply.status_code == 200 and reply.json()["done"] is True
+    finally:
+        process.terminate()  # uvicorn shuts down, then re-raises SIGTERM as its exit
+        assert process.wait(timeout=60) in (0, -signal.SIGTERM)
+
+
 def test_port_in_use_exits_2_with_one_line(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -92,6 +117,9 @@ def test_port_in_use_exits_2_with_one_line(tmp_path: Path) -> None:
     (["--port", "0", "--ctx", "512"], "MODEL"),
     (["--port", "0", "/no/such/model.gguf"], "no model file"),
     (["--port", "0", "--parent-pid", "999999999"], "parent process"),
+    (["--port", "0", "--max-models", "0"], "--max-models"),
+    (["--port", "0", "--memory-budget-gib", "-1"], "--memory-budget-gib"),
+    (["--port", "0", "--ollama-port", "70000"], "--ollama-port"),
 ])
 def test_refusals_exit_2_with_one_line(args: list[str], words: str) -> None:
     result = subprocess.run(serve_command(*args), capture_output=True, text=True, timeout=120,

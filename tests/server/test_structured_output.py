@@ -17,8 +17,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from runtime.events import ConstraintSpec
-from runtime.settings.load import LoadSettings
-from tests.server.conftest import API_KEY, Served, fake_gguf
+from tests.server.conftest import API_KEY, Served, loaded_fake
 from tests.server.scripted_engine import ScriptedEngine
 
 
@@ -42,9 +41,7 @@ SMALL_SCHEMA = {"type": "object",
 
 @pytest.fixture
 def engine(models_dir: Path) -> Iterator[ScriptedEngine]:
-    scripted = ScriptedEngine(['{"name": "Ada", "age": 36}'])
-    scripted.start()
-    scripted.load(LoadSettings(model_path=fake_gguf(models_dir / "owner" / "repo" / "fake.gguf")))
+    scripted = loaded_fake(ScriptedEngine(['{"name": "Ada", "age": 36}']), models_dir)
     yield scripted
     scripted.stop()
 

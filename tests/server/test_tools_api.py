@@ -24,13 +24,12 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from runtime.chat.families import PLAIN, Family
+from runtime.chat.families import PLAIN
 from runtime.events import ChatMessage, ToolCall
 from runtime.server import ServerLimits
-from runtime.settings.load import LoadSettings
 from tests.conftest import tiny_model_path
 from tests.fixtures.tiny_gguf import TARGET
-from tests.server.conftest import API_KEY, Served, ServerThread, fake_gguf, serving
+from tests.server.conftest import API_KEY, R1, Served, ServerThread, loaded_fake, serving
 from tests.server.scripted_engine import ScriptedEngine
 
 
@@ -54,36 +53,23 @@ TOOLS: list[dict[str, Any]] = [
 ]
 PARAMS = {"get_weather": WEATHER_PARAMS, "get_time": TIME_PARAMS}
 ASK = [{"role": "user", "content": "Weather in Oslo for 2 days?"}]
-HERMES = Family("hermes", tools=True, reasoning="none", arguments_as_object=True)
-R1 = Family("deepseek_r1", tools=True, reasoning="think")
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}\n</tool_call>'
 CALL2 = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>'
 
 
 def start(models_dir: Path, **kwargs: Any) -> ScriptedEngine:
-    engine = ScriptedEngine(**kwargs)
-    engine.start()
-    engine.load(LoadSettings(model_path=fake_gguf(models_dir / "owner" / "repo" / "fake.gguf")))
-    return engine
+    return loaded_fake(ScriptedEngine(**kwargs), models_dir)
 
 
 @pytest.fixture
-def scripted(models_dir: Path) -> Iterator[ScriptedEngine]:
+def scripted(scripted_engine: ScriptedEngine) -> ScriptedEngine:
     """A Hermes-family model whose replies a test sets in `engine.replies`."""
-    engine = start(models_dir, family=HERMES)
-    yield engine
-    engine.stop()
+    return scripted_engine
 
 
 @pytest.fixture
-def served(scripted: ScriptedEngine, make_app: Callable[..., FastAPI]) -> Iterator[str]:
-    with ServerThread(make_app(scripted)) as server:
-        yield server.url
-
-
-@pytest.fixture
-def client(served: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{served}/v1", api_key=API_KEY, max_retries=0) as api:
+def client(scripted_url: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{scripted_url}/v1", api_key=API_KEY, max_retries=0) as api:
         yield api
 
 
@@ -275,7 +261,7 @@ def test_models_list_says_family_and_capabilities(client: openai.OpenAI) -> None
     (model,) = client.models.list().data
     extra = model.model_extra or {}
     assert extra["outrider"]["chat_family"] == "hermes"
-    assert extra["outrider"]["capabilities"] == ["tools", "structured_output"]
+    assert extra["outrider"]["capabilities"] == ["chat", "tools", "structured_output"]
 
 
 # --- refusals ----------------------------------------------------------------------------

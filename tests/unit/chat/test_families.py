@@ -145,11 +145,17 @@ def test_precedence_of_markers(snippet: str, name: str) -> None:
 
 
 def test_capabilities_follow_the_family() -> None:
-    assert capabilities(PLAIN) == ("structured_output",)
+    assert capabilities(PLAIN) == ("chat", "structured_output")
     assert capabilities(Family("hermes", tools=True, reasoning="think")) == (
-        "tools", "reasoning", "structured_output")
-    assert capabilities(Family("apertus", tools=False, reasoning="think")) == (
-        "reasoning", "structured_output")
+        "chat", "tools", "reasoning", "structured_output")
+    assert capabilities(Family("apertus", tools=False, reasoning="think"), embeddings=True) == (
+        "chat", "reasoning", "structured_output", "embeddings")
+
+
+def test_a_model_that_does_not_write_can_only_embed() -> None:
+    hermes = Family("hermes", tools=True, reasoning="think")
+    assert capabilities(hermes, chat=False, embeddings=True) == ("embeddings",)
+    assert capabilities(PLAIN, chat=False) == ()  # a reranker: it scores, it neither writes nor embeds
 
 
 def _renders(shape: str) -> Any:

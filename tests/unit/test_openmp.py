@@ -1,0 +1,50 @@
+"""runtime.openmp: libgomp's spin is cut short where the default threads take every CPU, and
+it is decided when `runtime` is imported, before llama.cpp (and libgomp) load."""
+
+from __future__ import annotations
+
+import doctest
+import os
+import subprocess
+import sys
+
+import pytest
+
+import runtime.openmp as openmp
+from runtime.openmp import CROWDED_SPIN, spin_default
+
+
+def test_doctests() -> None:
+    assert doctest.testmod(openmp).failed == 0
+
+
+@pytest.mark.parametrize(("threads", "cpus", "expected"), [
+    (2, 2, str(CROWDED_SPIN)),  # a 2-CPU VM: the threads take every CPU
+    (4, 2, str(CROWDED_SPIN)),  # a cpuset smaller than the physical count
+    (8, 16, None),              # SMT: a spare logical CPU per thread, libgomp's own default
+])
+def test_spin_is_cut_only_where_the_threads_fill_the_cpus(threads: int, cpus: int,
+                                                          expected: str | None) -> None:
+    env: dict[str, str] = {}
+    assert spin_default(env, threads=threads, cpus=cpus) == expected
+    assert env.get("GOMP_SPINCOUNT") == expected
+
+
+@pytest.mark.parametrize("knob", ["OMP_WAIT_POLICY", "GOMP_SPINCOUNT"])
+def test_the_users_setting_wins(knob: str) -> None:
+    env = {knob: "active" if knob == "OMP_WAIT_POLICY" else "300000"}
+    assert spin_default(env, threads=2, cpus=2) is None
+    assert env == {knob: env[knob]}
+
+
+def test_importing_runtime_sets_it_before_llama_cpp_loads() -> None:
+    """What a fresh interpreter (an engine child, `outrider serve`) has in its environment
+    once it has imported the binding: the same as this machine's decision, and llama_cpp
+    was not loaded before `runtime` itself."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    code = ("import sys, runtime; early = 'llama_cpp' in sys.modules; "
+            "import os, runtime.llama.binding; "
+            "print(early, os.environ.get('GOMP_SPINCOUNT'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, timeout=120).stdout.split()
+    assert out == ["False", str(spin_default({}))]
