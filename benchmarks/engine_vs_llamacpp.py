@@ -37,6 +37,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -87,8 +88,10 @@ def batched_bench(binary: Path, model: Path, threads: int, p: int, n: int, paral
 
 def engine_batched(model: Path, threads: int, p: int, n: int, parallel: int, reps: int,
                    seed: int = 0, gpu_layers: int | None = None) -> list[float]:
-    """The engine's aggregate decode rate for `parallel` concurrent requests: the sum of
-    their per-request decode rates (they decode in the same steps); one value per rep."""
+    """The engine's aggregate decode rate for `parallel` concurrent requests, over the steps
+    in which all of them decode (llama-batched-bench's tg phase): the tokens of those steps
+    after the first, over the time from the end of the first to the end of the last (so the
+    engine loop between steps counts). One value per rep."""
     engine = Engine()
     try:
         info = engine.load(LoadSettings(model_path=model, n_ctx=parallel * (p + n + 8) + 64,
@@ -99,16 +102,22 @@ def engine_batched(model: Path, threads: int, p: int, n: int, parallel: int, rep
         sampling = SamplingParams(temperature=0, max_tokens=n + 1, ignore_eos=True)
 
         def once() -> float:
+            start = time.perf_counter()
             handles = [engine.submit(GenerationRequest(
                 prompt=tuple(int(t) for t in rng.integers(lo, hi, size=p)), sampling=sampling))
                 for _ in range(parallel)]
-            total = 0.0
             for handle in handles:
                 done = list(handle.events())[-1]
                 if not isinstance(done, Finished):
                     sys.exit(f"the engine failed: {done}")
-                total += done.timings.decode_tokens_per_s
-            return total
+            # The engine's own step log (its metrics window): (end time, StepReport, k).
+            steps = [(t, r) for t, r, _ in engine._steps if t > start]
+            full = [i for i, (_, r) in enumerate(steps) if r.width == parallel and not r.prefilled]
+            if len(full) < 2:
+                sys.exit("the requests never decoded all together")
+            first, last = full[0], full[-1]
+            tokens = sum(r.decoded for _, r in steps[first + 1:last + 1])
+            return tokens / (steps[last][0] - steps[first][0])
 
         once()  # warm-up
         return [once() for _ in range(reps)]

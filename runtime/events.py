@@ -83,11 +83,14 @@ class ConstraintSpec:
     `source` ignored), "regex", "gbnf" (llama.cpp's grammar format), "lark" (llguidance's).
     `trigger`: a lazy constraint. The output is free until this text appears in it; from the
     trigger on (the trigger included) it must match the grammar — how `tool_choice: auto`
-    lets a model talk, then forces a well-formed call once it starts one."""
+    lets a model talk, then forces a well-formed call once it starts one. `armed_after`: the
+    trigger counts only after this text (a reasoning reply's end of thinking), so a call
+    marker the model mentions while it thinks does not start the grammar."""
 
     kind: Literal["json_schema", "json_object", "regex", "gbnf", "lark"]
     source: str = ""
     trigger: str | None = None
+    armed_after: str | None = None
 
 
 @dataclass(frozen=True)

@@ -189,13 +189,14 @@ class Mistral:
             if rest[0] in "[{":
                 self._nemo, self._json = True, JsonEnd(start)
             else:
+                # A name is one short line: a line break or 256 characters before [ARGS]
+                # mean there is none, whether the text arrived whole or in pieces.
                 i = buf.find("[ARGS]", start)
+                head = buf[start:i if i >= 0 else len(buf)].lstrip()
+                if "\n" in head or len(head) > 256:
+                    return Outcome(start, malformed="a [TOOL_CALLS] call has no [ARGS]")
                 if i < 0:
-                    if final:
-                        return Outcome(len(buf), malformed=ENDS_INSIDE)
-                    if "\n" in buf[start:] or len(buf) - start > 256:
-                        return Outcome(start, malformed="a [TOOL_CALLS] call has no [ARGS]")
-                    return None
+                    return Outcome(len(buf), malformed=ENDS_INSIDE) if final else None
                 self._head, self._json = buf[start:i], JsonEnd(i + len("[ARGS]"))
         try:
             end = self._json.scan(buf)

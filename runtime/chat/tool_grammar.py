@@ -161,7 +161,12 @@ def tool_constraint(family: Family, tools: Sequence[Any], choice: Any, parallel:
         g.start(_Prefix(family, in_reasoning).build(g) + " " + calls)
     source = g.text()
     _check_compiles(source, functions)
-    return ConstraintSpec("lark", source, trigger=fmt.trigger if wanted == "auto" else None)
+    if wanted != "auto":
+        return ConstraintSpec("lark", source)
+    # A reply that starts inside the thinking block may name the call marker while it thinks:
+    # the trigger counts only once the thinking has ended.
+    armed_after = family.think_end if in_reasoning and family.reasoning == "think" else None
+    return ConstraintSpec("lark", source, trigger=fmt.trigger, armed_after=armed_after)
 
 
 def _choice_name(choice: Any) -> str:

@@ -20,6 +20,7 @@ from runtime.gguf.info import ModelInfo, read_model_info
 from runtime.gguf.projector import ProjectorInfo, projector_info, read_projector_info
 from runtime.gguf.remote import read_remote_header, read_remote_model_info
 from runtime.library.projectors import projector_for
+from runtime.llama.stepper import native_step_status
 from runtime.planner.devices import list_devices
 from runtime.planner.plan import MemoryPlan, plan_memory
 from runtime.sampling.native import native_status
@@ -78,10 +79,11 @@ def run_info(args: argparse.Namespace) -> int:
     settings = LoadSettings(model_path=Path(args.model), n_ctx=_default_ctx(info))
     plan = plan_memory(info, settings, list_devices(), projector=projector)
     kernels = native_status()
+    step = native_step_status()
     if args.json:
         print(json.dumps({"model": info.to_dict(), "plan": plan.to_dict(),
                           "projector": projector.to_dict() if projector else None,
-                          "sampling_kernels": kernels}, indent=2))
+                          "sampling_kernels": kernels, "decode_step": step}, indent=2))
     else:
         print(format_info(info))
         if projector is not None:
@@ -89,6 +91,7 @@ def run_info(args: argparse.Namespace) -> int:
         print()
         print(format_plan(plan, settings))
         print(f"  sampling and verify: {kernels}")
+        print(f"  decode step: {step}")
     return 0
 
 

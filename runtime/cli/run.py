@@ -24,8 +24,9 @@ The reply streams to stdout; load notes and the statistics go to stderr, so
 `outrider run … > answer.txt` keeps only the answer. `--profile` adds where each generated
 token's time went (runtime.engine.step_profile):
 
-    profile (native step): 511 tokens in 511 decode steps · per token: Python 9.8 µs ·
-    llama_decode 402.3 µs · sampling 0.4 µs (engine thread CPU) · wall 421.7 µs (Python 11.0 µs)
+    profile (native step): 511 tokens in 43 engine steps (511 decodes) · per token: Python
+    9.8 µs CPU, 8.1 µs wall (median step) · llama_decode 402.3 µs CPU · sampling 0.4 µs ·
+    wall 421.7 µs
  `MODEL` is a .gguf path or `default`
 (the default model, fetched on first use). By default the prompt goes through the model's
 chat template as one user message after a plain system message (`--system` changes it);

@@ -3,16 +3,20 @@
 `outrider run --profile` prints it after the reply, so a change that puts Python back on
 the per-token path shows as a number:
 
-    profile (native step): 511 tokens in 511 decode steps · per token: Python 9.8 µs CPU,
-    8.1 µs wall (median step) · llama_decode 402.3 µs CPU · sampling 0.4 µs · wall 421.7 µs
+    profile (native step): 511 tokens in 43 engine steps (511 decodes) · per token: Python
+    9.8 µs CPU, 8.1 µs wall (median step) · llama_decode 402.3 µs CPU · sampling 0.4 µs ·
+    wall 421.7 µs
 
 A step's period runs from the start of one engine step to the start of the next while the
 engine stays busy, so the engine loop between steps (its inbox, metrics, events) counts as
-Python too; only decode steps count (one that evaluated prompt tokens is left out). Decode
+Python too; only decode steps count (one that evaluated prompt tokens is left out). One
+engine step of the native path may run several decodes back to back (runtime.engine.
+native_step), hence both counts. Decode
 and sampling come from the native step's own clocks (native/step.h) — llama_decode with
 llama_get_logits, where a GPU host waits for the device — and Python is the rest. On the
 Python path (`OUTRIDER_NATIVE_STEP=0`) the decode is timed around the context's `decode`
-and `logits`, and sampling, being Python there, is part of "Python".
+and `logits`, and sampling, being Python there, is part of "Python" (so are a draft model's
+decodes there; on the native path its rounds' decodes and sampling are counted).
 
 "CPU" is the engine thread's CPU time (what other work on the machine disturbs least;
 with several llama.cpp threads, the decode's figure is the engine thread's share of it);
@@ -55,6 +59,7 @@ class StepProfile:
     decode_cpu: float = 0.0
     sample_wall: float = 0.0
     python_wall_median: float = 0.0  # per token
+    decodes: int = 0  # llama_decode calls (a native step may run several back to back)
 
     def per_token(self, seconds: float) -> float:
         return seconds / self.tokens if self.tokens else 0.0
@@ -70,7 +75,8 @@ class StepProfile:
             return f"profile ({self.path}): no decode steps"
         sampling = (f"sampling {_us(self.per_token(self.sample_wall))}"
                     if self.path == "native step" else "sampling inside Python")
-        return (f"profile ({self.path}): {self.tokens} tokens in {self.steps} decode steps · "
+        return (f"profile ({self.path}): {self.tokens} tokens in {self.steps} engine steps "
+                f"({self.decodes} decodes) · "
                 f"per token: Python {_us(self.per_token(self.python_cpu))} CPU, "
                 f"{_us(self.python_wall_median)} wall (median step) · llama_decode "
                 f"{_us(self.per_token(self.decode_cpu))} CPU · {sampling} · "
@@ -129,6 +135,7 @@ class StepProfiler:
         self._sums = [0.0] * 5  # wall, cpu, decode wall, decode cpu, sample wall
         self._steps = 0
         self._n_tokens = 0
+        self._decodes = 0
         self._python: deque[float] = deque(maxlen=_KEEP)  # per step: Python wall per token
 
     def begin(self) -> None:
@@ -153,13 +160,14 @@ class StepProfiler:
             self._sums[i] += v
         self._steps += 1
         self._n_tokens += self._tokens
+        self._decodes += k1[3] - k0[3]
         self._python.append(max(0.0, parts[0] - parts[2] - parts[4]) / self._tokens)
 
     def snapshot(self) -> StepProfile:
         median = statistics.median(self._python) if self._python else 0.0
         wall, cpu, decode_wall, decode_cpu, sample_wall = self._sums
         return StepProfile(self._path, self._steps, self._n_tokens, wall, cpu, decode_wall,
-                           decode_cpu, sample_wall, median)
+                           decode_cpu, sample_wall, median, self._decodes)
 
 
 def profiled(ctx: LlamaContext, native: NativeStep | None,

@@ -121,9 +121,10 @@ class Stepper:
         self.raw_timings = self._c.timings  # the tuple StepTimings is made of
 
     @classmethod
-    def for_context(cls, ctx: LlamaContext) -> Stepper | None:
-        """A stepper for `ctx`, or None where the native step is off or not built."""
-        if not native_step_enabled():
+    def for_context(cls, ctx: Any) -> Stepper | None:
+        """A stepper for `ctx`, or None where the native step is off or not built, or `ctx`
+        is no llama.cpp context (a test's stand-in)."""
+        if not isinstance(ctx, LlamaContext) or not native_step_enabled():
             return None
         module, _ = _extension()
         return cls(ctx, module) if module is not None else None

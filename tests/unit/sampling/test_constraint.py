@@ -314,6 +314,31 @@ def test_free_until_the_trigger_then_the_grammar(compiler: ConstraintCompiler) -
     assert c.done
 
 
+def test_a_trigger_named_while_thinking_does_not_start_the_grammar(
+        compiler: ConstraintCompiler) -> None:
+    c = compiler.start(ConstraintSpec("lark", CALL_GRAMMAR, trigger="<call>",
+                                      armed_after="</think>"))
+    feed(c, tokens_of("maybe <call> it? "))  # thinking: the marker is just text here
+    assert not c.active and c.allowed() is None
+    feed(c, tokens_of("</thi"))
+    c.rollback(len(tokens_of("</thi")))  # a rejected draft of the end of thinking
+    feed(c, tokens_of("</think>ok <call>"))
+    assert c.active
+    twin = c.fork()
+    feed(twin, tokens_of('{"x": 4}'))
+    assert twin.done and not c.done
+
+
+def test_rolling_back_over_the_end_of_thinking_disarms_the_trigger(
+        compiler: ConstraintCompiler) -> None:
+    c = compiler.start(ConstraintSpec("lark", CALL_GRAMMAR, trigger="<call>",
+                                      armed_after="</think>"))
+    feed(c, tokens_of("a</think>"))
+    c.rollback(len(tokens_of("</think>")))
+    feed(c, tokens_of(" <call>"))
+    assert not c.active
+
+
 def test_a_trigger_on_a_token_boundary_is_fed_as_its_tokens(compiler: ConstraintCompiler) -> None:
     c = compiler.start(ConstraintSpec("lark", CALL_GRAMMAR, trigger="<call>"))
     feed(c, [*tokens_of("ok "), CALL])
