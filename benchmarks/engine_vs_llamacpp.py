@@ -17,8 +17,9 @@ Each side gets a warm-up run; each cell is the mean ± standard deviation over `
 With `--batched-bench PATH` (llama.cpp's `llama-batched-bench`) it also compares decoding
 `--parallel` sequences at once (8 by default): llama-batched-bench's aggregate S_TG (`-npp`
 random prompt tokens per sequence, then `-n` steps of one token for each, no sampling)
-against the sum of the engine's per-request decode rates for as many concurrent requests of
-their own random prompts, greedy, EOS ignored (`tgN×B` rows).
+against the engine's aggregate rate over the steps in which as many concurrent requests of
+their own random prompts all decode, greedy, EOS ignored (`tgNxB` rows); both with a
+unified KV cache, the engine's layout.
 
 `--rounds R` repeats the whole comparison R times, one side after the other each time, and
 prints every round's ratios and the load average (`os.getloadavg`) beside them: on a shared
@@ -46,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runtime.engine.engine import Engine
 from runtime.events import Finished, GenerationRequest, SamplingParams
+from runtime.openmp import reference_env
 from runtime.settings.load import LoadSettings
 
 
@@ -55,7 +57,8 @@ def llama_bench(binary: Path, model: Path, threads: int, p: int, n: int, reps: i
            "-r", str(reps), "-o", "json"]
     if gpu_layers is not None:
         cmd += ["-ngl", str(gpu_layers)]
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                            env=reference_env())
     if result.returncode != 0:
         sys.exit(f"llama-bench failed ({result.returncode}): {result.stderr.strip()[-500:]}")
     rows = json.loads(result.stdout)
@@ -69,14 +72,19 @@ def llama_bench(binary: Path, model: Path, threads: int, p: int, n: int, reps: i
 def batched_bench(binary: Path, model: Path, threads: int, p: int, n: int, parallel: int,
                   reps: int, gpu_layers: int | None = None) -> list[float]:
     """llama-batched-bench's aggregate decode rate (S_TG, tok/s) for `parallel` sequences of
-    `p` prompt tokens each, `n` steps; one run per rep."""
+    `p` prompt tokens each, `n` steps; one run per rep. With a unified KV cache (`-kvu`), as
+    the engine's (it shares prefixes across slots): every token then attends over all the
+    sequences' cells, masked, which on the tiny fixture costs a third of the rate — a
+    difference of cache layout, not of the step, so both sides pay it."""
     cmd = [str(binary), "-m", str(model), "-t", str(threads), "-npp", str(p), "-ntg", str(n),
-           "-npl", str(parallel), "-c", str(parallel * (p + n) + 64), "--output-format", "jsonl"]
+           "-npl", str(parallel), "-c", str(parallel * (p + n) + 64), "-kvu",
+           "--output-format", "jsonl"]
     if gpu_layers is not None:
         cmd += ["-ngl", str(gpu_layers)]
     rates = []
     for _ in range(reps):
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                            env=reference_env())
         if result.returncode != 0:
             sys.exit(f"llama-batched-bench failed ({result.returncode}): "
                      f"{result.stderr.strip()[-500:]}")

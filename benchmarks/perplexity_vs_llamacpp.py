@@ -22,12 +22,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from runtime.openmp import reference_env
 from runtime.quality.evaluate import EvalOptions, evaluate
 
 
 def llama_perplexity(binary: Path, args: list[str]) -> tuple[str, float]:
     started = time.perf_counter()
-    proc = subprocess.run([str(binary), *args], capture_output=True, text=True, check=False)
+    proc = subprocess.run([str(binary), *args], capture_output=True, text=True, check=False,
+                          env=reference_env())
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:
         raise SystemExit(f"llama-perplexity failed ({proc.returncode}):\n{out[-2000:]}")

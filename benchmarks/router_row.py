@@ -31,6 +31,8 @@ from typing import Any
 
 import httpx
 
+from runtime.openmp import reference_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -129,7 +131,8 @@ def llama_server_cold(binary: Path, model: Path, key: str) -> tuple[float, float
     cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1",
            "--port", str(port), "--api-key", key, "--no-webui", "-c", "4096"]
     start = time.perf_counter()
-    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env=reference_env())
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, process)  # type: ignore[arg-type]

@@ -59,6 +59,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from runtime.openmp import reference_env  # noqa: E402 - after the path
+
 TOPICS = ["a lighthouse keeper", "a lost robot", "the first snow", "a night train", "an old map",
           "a small bakery", "a mountain village", "a clockmaker", "a desert well", "a paper boat",
           "a city garden", "a sleepy dragon", "a river ferry", "a winter market", "a violin",
@@ -179,6 +181,7 @@ def llama_server(binary: Path, model: Path, threads: int, slots: int, ctx: int,
     if gpu_layers is not None:
         cmd += ["-ngl", str(gpu_layers)]
     process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env=reference_env(),
                                text=True)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -41,6 +41,9 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from runtime.openmp import reference_env  # noqa: E402 - after the path
+
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from constraint_engines import PAPER_BEST, SCHEMAS, Schema, load_schemas, valid  # noqa: E402
@@ -112,7 +115,8 @@ def llama_server(binary: Path, model: Path, threads: int, slots: int, ctx: int,
            "--kv-unified", "--jinja", "--host", "127.0.0.1", "--port", str(port),
            "--api-key", key, "--no-webui"]
     sink = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115
-    process = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, text=True,
+                               env=reference_env())
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, process)

@@ -30,6 +30,7 @@ from pathlib import Path
 from runtime.engine.engine import Engine
 from runtime.gguf.info import read_model_info
 from runtime.llama.buffers import buffer_totals, parse_buffer_sizes
+from runtime.openmp import reference_env
 from runtime.planner.devices import Device
 from runtime.planner.plan import plan_memory
 from runtime.settings.load import LoadSettings
@@ -71,7 +72,8 @@ def llama_server_kv(binary: Path, model: Path, case: Case, timeout_s: float = 12
            "--host", "127.0.0.1", "--port", str(_free_port()), "--no-webui", "-lv", "4"]
     if case.type_v != "f16":
         cmd += ["-fa", "on"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=reference_env())
     lines: list[str] = []
     deadline = time.monotonic() + timeout_s
     try:

@@ -46,6 +46,7 @@ import psutil
 
 CROWDED_SPIN = 300  # rounds: a few µs, about what a futex sleep and wake-up cost
 _USER_KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+_set_here = False  # spin_default() set it in os.environ
 
 
 def physical_cores() -> int:
@@ -75,4 +76,16 @@ def spin_default(environ: MutableMapping[str, str] | None = None, *, threads: in
     if threads < cpus:
         return None
     env["GOMP_SPINCOUNT"] = str(CROWDED_SPIN)
+    if environ is None:
+        global _set_here
+        _set_here = True
     return env["GOMP_SPINCOUNT"]
+
+
+def reference_env() -> dict[str, str]:
+    """This process's environment without the spin `spin_default` set: what another
+    program (llama.cpp's own tools, in the benchmarks) runs with at its own defaults."""
+    env = dict(os.environ)
+    if _set_here and env.get("GOMP_SPINCOUNT") == str(CROWDED_SPIN):
+        del env["GOMP_SPINCOUNT"]
+    return env

@@ -48,3 +48,16 @@ def test_importing_runtime_sets_it_before_llama_cpp_loads() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True, timeout=120).stdout.split()
     assert out == ["False", str(spin_default({}))]
+
+
+def test_reference_env_leaves_out_only_the_spin_outrider_set(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from runtime import openmp
+
+    monkeypatch.setattr(openmp, "_set_here", True)
+    monkeypatch.setenv("GOMP_SPINCOUNT", str(openmp.CROWDED_SPIN))
+    assert "GOMP_SPINCOUNT" not in openmp.reference_env()
+    monkeypatch.setenv("GOMP_SPINCOUNT", "5000")  # the user's own: kept
+    assert openmp.reference_env()["GOMP_SPINCOUNT"] == "5000"
+    monkeypatch.setattr(openmp, "_set_here", False)
+    monkeypatch.setenv("GOMP_SPINCOUNT", str(openmp.CROWDED_SPIN))
+    assert openmp.reference_env()["GOMP_SPINCOUNT"] == str(openmp.CROWDED_SPIN)
