@@ -129,6 +129,9 @@ def built(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
             pass
 
     monkeypatch.setattr(build, "Engine", RecordingEngine)
+    # `outrider serve` runs each model's engine in a child process (IsolatedEngine) that calls
+    # the factory there; here it is called in this process, where the recording engine is.
+    monkeypatch.setattr("runtime.server.serve.IsolatedEngine", lambda factory: factory())
     return made
 
 
