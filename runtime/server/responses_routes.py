@@ -236,6 +236,7 @@ class ResponseWriter:
         out: list[bytes] = []
         for piece in pieces:
             if piece.kind == "tool_call" or piece.kind != self._open_kind:
+                out += self._flush(tokens)  # the tokens so far ride on the message closing
                 out += self._begin(piece)
             item = self._open
             if item is None:
@@ -256,15 +257,22 @@ class ResponseWriter:
                                        delta=piece.text, logprobs=self._new_entries(tokens)))
         return out
 
-    def closing(self, reader: ReplyReader) -> list[bytes]:
-        out: list[bytes] = []
+    def _flush(self, tokens: list[TokenEvent]) -> list[bytes]:
+        """An empty delta carrying the logprobs of tokens that brought the open message no
+        text of their own (a held-back stop string, the start of a call), as the whole
+        reply counts them."""
         item = self._open
-        if item is not None and self._open_kind == "content" and self.logprobs:
-            rest = self._new_entries(reader.tokens)
-            if rest:  # tokens that brought no text of their own (a held-back stop string)
-                out.append(self._event("response.output_text.delta", item_id=item["id"],
-                                       output_index=len(self._items), content_index=0,
-                                       delta="", logprobs=rest))
+        if item is None or self._open_kind != "content" or not self.logprobs:
+            return []
+        rest = self._new_entries(tokens)
+        if not rest:
+            return []
+        return [self._event("response.output_text.delta", item_id=item["id"],
+                            output_index=len(self._items), content_index=0, delta="",
+                            logprobs=rest)]
+
+    def closing(self, reader: ReplyReader) -> list[bytes]:
+        out = self._flush(reader.tokens)
         out += self._close()
         final = self.response(self._items, reader)
         name = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
