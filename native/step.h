@@ -238,7 +238,7 @@ typedef struct {
     int32_t *token, *pos, *n_seq_id, *seq_id;
     int32_t **seq_ptr;
     int8_t *logits;
-    or_step_clock clock;
+    or_step_clock *clock; /* where the timings go (the stepper's) */
 } or_decoder;
 
 /* Decode the first n_tokens of the batch; on success *rows is the logits of the outputs in
@@ -246,11 +246,11 @@ typedef struct {
  * where the host waits for the device. Returns llama_decode's code. */
 static int32_t or_decoder_run(or_decoder *d, int32_t n_tokens, float **rows) {
     or_llama_batch b = {n_tokens, d->token, NULL, d->pos, d->n_seq_id, d->seq_ptr, d->logits};
-    or_tick t = or_tick_start(&d->clock, 1);
+    or_tick t = or_tick_start(d->clock, 1);
     int32_t rc = d->decode(d->ctx, b);
     *rows = rc == 0 ? d->get_logits(d->ctx) : NULL;
-    or_tick_add(&d->clock, t, &d->clock.decode_wall, &d->clock.decode_cpu);
-    d->clock.n_decode++;
+    or_tick_add(d->clock, t, &d->clock->decode_wall, &d->clock->decode_cpu);
+    d->clock->n_decode++;
     if (rc == 0 && !*rows) rc = -100; /* no logits: never after a decode that asked for them */
     return rc;
 }
@@ -293,7 +293,7 @@ static int64_t or_draft_round(or_decoder *d, size_t n, int32_t slot, int32_t pos
     if (!rows) return 0;
     const float *x = rows;
     for (size_t i = 0; i < k; i++) {
-        or_tick tick = or_tick_start(&d->clock, 0);
+        or_tick tick = or_tick_start(d->clock, 0);
         int64_t t;
         double top;
         if (c->mode == OR_STEP_GREEDY) {
@@ -303,14 +303,14 @@ static int64_t or_draft_round(or_decoder *d, size_t n, int32_t slot, int32_t pos
             double *q = q_out + i * n;
             t = or_distribution(x, n, c, q);
             if (t >= 0) {
-                t = (int64_t)(greedy_draft ? or_argmax_f64_first(q, n)
-                                           : or_sample_f64(q, n, c->rng->next_double(c->rng->state)));
+                double u = greedy_draft ? 0.0 : c->rng->next_double(c->rng->state);
+                t = (int64_t)(greedy_draft ? or_argmax_f64_first(q, n) : or_sample_f64(q, n, u));
                 top = q[or_argmax_f64_first(q, n)];
             } else {
                 top = 0.0;
             }
         }
-        or_tick_add(&d->clock, tick, &d->clock.sample_wall, NULL);
+        or_tick_add(d->clock, tick, &d->clock->sample_wall, NULL);
         if (t < 0) return t;
         if (!(top >= p_min)) break;
         out[m++] = (int32_t)t;

@@ -48,6 +48,24 @@
 #pragma GCC diagnostic pop
 #endif
 
+/* One sequence of a run: where it is, its sampling, how many tokens it may still take. */
+typedef struct {
+    int32_t slot, pos, token, remaining, count, err, stop_on_eog, active;
+    or_seq_cfg cfg;
+} or_runner;
+
+/* A run: its sequences, their tokens (m rows of max_steps), its limits and its outcome.
+ * `entries` (the Python list) keeps the generators alive while it runs. */
+typedef struct or_run {
+    or_runner *r;
+    int32_t *out;
+    Py_ssize_t m;
+    int max_steps, stop_on_finish, steps;
+    double max_seconds;
+    int32_t rc;
+    PyObject *entries;
+} or_run;
+
 typedef struct {
     int32_t slot, pos, first, n_fed, row;
     int native, have_q;
@@ -67,6 +85,7 @@ typedef struct {
     or_entry *entries;
     size_t n_entries_cap;
     PyObject *keep; /* the eog bytes object */
+    or_step_clock clock;
 } StepperObject;
 
 static void stepper_dealloc(StepperObject *self) {
@@ -135,22 +154,24 @@ static int stepper_init(StepperObject *self, PyObject *args, PyObject *kwds) {
         d->seq_ptr[i] = &d->seq_id[i];
     }
     self->n_vocab = n_vocab;
+    d->clock = &self->clock;
     Py_INCREF(eog);
     self->keep = eog;
     self->eog = (uint8_t *)PyBytes_AS_STRING(eog);
     return 0;
 }
 
-/* (mode, temperature, top_k, top_p, min_p, rng capsule or None) */
+/* (mode, temperature, top_k, top_p, min_p, rng capsule or None[, owner]): the owner, the
+ * numpy Generator, is there to keep the capsule's BitGenerator alive with the tuple. */
 static int parse_cfg(PyObject *obj, or_seq_cfg *c) {
-    PyObject *rng;
+    PyObject *rng, *owner = NULL;
     long long top_k;
     if (!PyTuple_Check(obj)) {
         PyErr_SetString(PyExc_TypeError, "cfg must be a tuple");
         return -1;
     }
-    if (!PyArg_ParseTuple(obj, "idLddO:cfg", &c->mode, &c->st.temperature, &top_k,
-                          &c->st.top_p, &c->st.min_p, &rng))
+    if (!PyArg_ParseTuple(obj, "idLddO|O:cfg", &c->mode, &c->st.temperature, &top_k,
+                          &c->st.top_p, &c->st.min_p, &rng, &owner))
         return -1;
     c->st.top_k = (int64_t)top_k;
     if (c->mode < OR_STEP_GREEDY || c->mode > OR_STEP_GREEDY_MATCH) {
@@ -312,7 +333,7 @@ static PyObject *stepper_step(StepperObject *self, PyObject *entries_obj) {
         Py_BEGIN_ALLOW_THREADS
         rc = or_decoder_run(&self->dec, n_tokens, &rows);
         if (rc == 0) {
-            or_step_clock *clock = &self->dec.clock;
+            or_step_clock *clock = self->dec.clock;
             or_tick t = or_tick_start(clock, 0);
             for (size_t i = 0; i < parsed; i++)
                 if (self->entries[i].native) sample_entry(self, &self->entries[i], rows);
@@ -335,100 +356,36 @@ static PyObject *stepper_step(StepperObject *self, PyObject *entries_obj) {
     return Py_BuildValue("(iN)", 0, results);
 }
 
-/* One sequence of a run: where it is, its sampling, how many tokens it may still take. */
-typedef struct {
-    int32_t slot, pos, token, remaining, count, err, stop_on_eog, active;
-    or_seq_cfg cfg;
-} or_runner;
-
-static PyObject *stepper_run(StepperObject *self, PyObject *args) {
-    PyObject *entries_obj;
-    int max_steps, stop_on_finish;
-    double max_seconds;
-    if (!PyArg_ParseTuple(args, "Oidp:run", &entries_obj, &max_steps, &max_seconds,
-                          &stop_on_finish))
-        return NULL;
-    if (!self->dec.token) {
-        PyErr_SetString(PyExc_RuntimeError, "Stepper is not initialised");
-        return NULL;
-    }
-    if (max_steps < 1) {
-        PyErr_SetString(PyExc_ValueError, "run needs max_steps >= 1");
-        return NULL;
-    }
-    PyObject *seq = PySequence_Fast(entries_obj, "entries must be a list");
-    if (!seq) return NULL;
-    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
-    if (m < 1 || m > self->dec.capacity) {
-        Py_DECREF(seq);
-        PyErr_SetString(PyExc_ValueError, "run needs between 1 and capacity entries");
-        return NULL;
-    }
-    or_runner *r = PyMem_Calloc((size_t)m, sizeof *r);
-    int32_t *out = PyMem_Malloc((size_t)m * (size_t)max_steps * sizeof *out);
-    if (!r || !out) {
-        PyMem_Free(r);
-        PyMem_Free(out);
-        Py_DECREF(seq);
-        return PyErr_NoMemory();
-    }
-    for (Py_ssize_t i = 0; i < m; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *cfg;
-        or_runner *e = &r[i];
-        if (!PyTuple_Check(item) ||
-            !PyArg_ParseTuple(item, "iiiOip:run entry", &e->slot, &e->pos, &e->token, &cfg,
-                              &e->remaining, &e->stop_on_eog) ||
-            parse_cfg(cfg, &e->cfg) != 0) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError,
-                                "a run entry is (slot, pos, token, cfg, remaining, stop_on_eog)");
-            PyMem_Free(r);
-            PyMem_Free(out);
-            Py_DECREF(seq);
-            return NULL;
-        }
-        if (e->token < 0 || e->token >= self->n_vocab || e->remaining < 1) {
-            PyErr_SetString(PyExc_ValueError, "a run entry needs a token in the vocabulary and "
-                                              "remaining >= 1");
-            PyMem_Free(r);
-            PyMem_Free(out);
-            Py_DECREF(seq);
-            return NULL;
-        }
-        e->active = 1;
-    }
-    Py_DECREF(seq);
-    int32_t rc = 0;
-    int steps = 0;
-    const size_t n = (size_t)self->n_vocab;
-    Py_BEGIN_ALLOW_THREADS
-    or_decoder *d = &self->dec;
+/* The run itself: decodes back to back, no Python (see the module comment). */
+static void run_loop(or_decoder *d, const uint8_t *eog, size_t n, double *scratch,
+                     or_run *job) {
+    or_runner *r = job->r;
     const double t_start = or_now(CLOCK_MONOTONIC);
-    for (; steps < max_steps;) {
+    job->rc = 0;
+    job->steps = 0;
+    while (job->steps < job->max_steps) {
         int32_t n_tokens = 0;
-        for (Py_ssize_t i = 0; i < m; i++) {
-            or_runner *e = &r[i];
-            if (e->active) or_decoder_put(d, n_tokens++, e->token, e->pos, e->slot, 1);
-        }
+        for (Py_ssize_t i = 0; i < job->m; i++)
+            if (r[i].active) or_decoder_put(d, n_tokens++, r[i].token, r[i].pos, r[i].slot, 1);
         float *rows = NULL;
-        rc = or_decoder_run(d, n_tokens, &rows);
-        if (rc != 0) break;
-        steps++;
-        or_tick t = or_tick_start(&d->clock, 0);
+        job->rc = or_decoder_run(d, n_tokens, &rows);
+        if (job->rc != 0) break;
+        job->steps++;
+        or_tick t = or_tick_start(d->clock, 0);
         int finished = 0, left = 0;
         int32_t row = 0;
-        for (Py_ssize_t i = 0; i < m; i++) {
+        for (Py_ssize_t i = 0; i < job->m; i++) {
             or_runner *e = &r[i];
             if (!e->active) continue;
-            int64_t tok = or_sample_row(rows + (size_t)row++ * n, n, &e->cfg, self->p);
+            int64_t tok = or_sample_row(rows + (size_t)row++ * n, n, &e->cfg, scratch);
             if (tok < 0) {
                 e->err = (int32_t)tok;
                 e->active = 0;
                 finished = 1;
                 continue;
             }
-            out[(size_t)i * (size_t)max_steps + (size_t)e->count++] = (int32_t)tok;
-            if (--e->remaining == 0 || (e->stop_on_eog && self->eog[tok])) {
+            job->out[(size_t)i * (size_t)job->max_steps + (size_t)e->count++] = (int32_t)tok;
+            if (--e->remaining == 0 || (e->stop_on_eog && eog[tok])) {
                 e->active = 0;
                 finished = 1;
                 continue;
@@ -437,28 +394,105 @@ static PyObject *stepper_run(StepperObject *self, PyObject *args) {
             e->pos++;
             left++;
         }
-        or_tick_add(&d->clock, t, &d->clock.sample_wall, NULL);
-        if (!left || (finished && stop_on_finish) ||
-            or_now(CLOCK_MONOTONIC) - t_start >= max_seconds)
+        or_tick_add(d->clock, t, &d->clock->sample_wall, NULL);
+        if (!left || (finished && job->stop_on_finish) ||
+            or_now(CLOCK_MONOTONIC) - t_start >= job->max_seconds)
             break;
     }
-    Py_END_ALLOW_THREADS
-    PyObject *results = PyList_New(m);
-    for (Py_ssize_t i = 0; results && i < m; i++) {
-        PyObject *tokens = PyTuple_New(r[i].count);
-        for (int32_t j = 0; tokens && j < r[i].count; j++) {
-            PyObject *v = PyLong_FromLong((long)out[(size_t)i * (size_t)max_steps + (size_t)j]);
+}
+
+static void run_free(or_run *job) {
+    PyMem_RawFree(job->r);
+    PyMem_RawFree(job->out);
+    Py_CLEAR(job->entries);
+    job->r = NULL;
+    job->out = NULL;
+}
+
+/* Parse run(...)'s arguments into *job; -1 with an exception set. */
+static int run_parse(StepperObject *self, PyObject *args, or_run *job) {
+    PyObject *entries_obj;
+    memset(job, 0, sizeof *job);
+    if (!PyArg_ParseTuple(args, "Oidp:run", &entries_obj, &job->max_steps, &job->max_seconds,
+                          &job->stop_on_finish))
+        return -1;
+    if (!self->dec.token) {
+        PyErr_SetString(PyExc_RuntimeError, "Stepper is not initialised");
+        return -1;
+    }
+    if (job->max_steps < 1) {
+        PyErr_SetString(PyExc_ValueError, "run needs max_steps >= 1");
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(entries_obj, "entries must be a list");
+    if (!seq) return -1;
+    job->entries = seq;
+    job->m = PySequence_Fast_GET_SIZE(seq);
+    if (job->m < 1 || job->m > self->dec.capacity) {
+        PyErr_SetString(PyExc_ValueError, "run needs between 1 and capacity entries");
+        run_free(job);
+        return -1;
+    }
+    /* raw allocations: the run writes them without the GIL */
+    job->r = PyMem_RawCalloc((size_t)job->m, sizeof *job->r);
+    job->out = PyMem_RawMalloc((size_t)job->m * (size_t)job->max_steps * sizeof *job->out);
+    if (!job->r || !job->out) {
+        run_free(job);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < job->m; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *cfg;
+        or_runner *e = &job->r[i];
+        if (!PyTuple_Check(item) ||
+            !PyArg_ParseTuple(item, "iiiOip:run entry", &e->slot, &e->pos, &e->token, &cfg,
+                              &e->remaining, &e->stop_on_eog) ||
+            parse_cfg(cfg, &e->cfg) != 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError,
+                                "a run entry is (slot, pos, token, cfg, remaining, stop_on_eog)");
+            run_free(job);
+            return -1;
+        }
+        if (e->token < 0 || e->token >= self->n_vocab || e->remaining < 1) {
+            PyErr_SetString(PyExc_ValueError, "a run entry needs a token in the vocabulary and "
+                                              "remaining >= 1");
+            run_free(job);
+            return -1;
+        }
+        e->active = 1;
+    }
+    return 0;
+}
+
+/* (rc, steps, [(tokens, err)]) of a finished run, which is then freed. */
+static PyObject *run_results(or_run *job) {
+    PyObject *results = PyList_New(job->m);
+    for (Py_ssize_t i = 0; results && i < job->m; i++) {
+        const or_runner *e = &job->r[i];
+        PyObject *tokens = PyTuple_New(e->count);
+        for (int32_t j = 0; tokens && j < e->count; j++) {
+            PyObject *v = PyLong_FromLong(
+                (long)job->out[(size_t)i * (size_t)job->max_steps + (size_t)j]);
             if (!v) Py_CLEAR(tokens);
             else PyTuple_SET_ITEM(tokens, j, v);
         }
-        PyObject *pair = tokens ? Py_BuildValue("(Ni)", tokens, (int)r[i].err) : NULL;
+        PyObject *pair = tokens ? Py_BuildValue("(Ni)", tokens, (int)e->err) : NULL;
         if (!pair) Py_CLEAR(results);
         else PyList_SET_ITEM(results, i, pair);
     }
-    PyMem_Free(r);
-    PyMem_Free(out);
-    if (!results) return NULL;
-    return Py_BuildValue("(iiN)", (int)rc, steps, results);
+    PyObject *out = results ? Py_BuildValue("(iiN)", (int)job->rc, job->steps, results) : NULL;
+    run_free(job);
+    return out;
+}
+
+static PyObject *stepper_run(StepperObject *self, PyObject *args) {
+    or_run job;
+    if (run_parse(self, args, &job) != 0) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    run_loop(&self->dec, self->eog, (size_t)self->n_vocab, self->p, &job);
+    Py_END_ALLOW_THREADS
+    return run_results(&job);
 }
 
 static PyObject *stepper_draft(StepperObject *self, PyObject *args) {
@@ -541,7 +575,7 @@ static PyObject *stepper_draft(StepperObject *self, PyObject *args) {
 
 static PyObject *stepper_timings(StepperObject *self, PyObject *noargs) {
     (void)noargs;
-    const or_step_clock *c = &self->dec.clock;
+    const or_step_clock *c = &self->clock;
     return Py_BuildValue("(dddL)", c->decode_wall, c->decode_cpu, c->sample_wall,
                          (long long)c->n_decode);
 }
@@ -549,7 +583,7 @@ static PyObject *stepper_timings(StepperObject *self, PyObject *noargs) {
 static PyObject *stepper_profile(StepperObject *self, PyObject *on) {
     int v = PyObject_IsTrue(on);
     if (v < 0) return NULL;
-    self->dec.clock.on = v;
+    self->clock.on = v;
     Py_RETURN_NONE;
 }
 

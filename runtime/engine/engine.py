@@ -531,8 +531,9 @@ class Engine:
             except OSError as exc:  # the file vanished after loading: resume nothing
                 logger.warning("saved KV caches are off for this load: %s", exc)
         native = NativeStep.for_context(result.ctx, result.spec.verifier if result.spec else None)
-        ctx, self._profiler = (profiled(result.ctx, native, result.spec.stepper if result.spec else None)
-                               if self._profile else (result.ctx, None))
+        draft_stepper = result.spec.stepper if result.spec else None
+        ctx, self._profiler = (profiled(result.ctx, native, draft_stepper) if self._profile
+                               else (result.ctx, None))
         scheduler = Scheduler(
             ctx, result.model, Batch(result.ctx.n_batch), emit=self._emit,
             budget=result.ctx.n_batch,

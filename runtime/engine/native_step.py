@@ -24,17 +24,21 @@ BitGenerator capsule) in the order the Python path draws them, so both paths giv
 tokens for the same seed (tests/engine/test_native_step.py); `OUTRIDER_NATIVE_STEP=0`
 switches the native step off.
 
-Steps back to back (`Stepper.run`): when no sequence drafts, has stop strings or needs the
-Python sampler, one call runs up to RUN_STEPS decodes (for RUN_SECONDS at most), each
-feeding back the tokens just sampled and ending a sequence at an end-of-generation token
-and at its last allowed one (max_tokens, the context's end); Python then takes the tokens
-in order, as after single steps. This is what takes Python off the per-token path of one
-fast sequence: the tiny fixture decodes a token in ~0.3 ms, and the Python after a decode
-runs with caches the decode just emptied (~20-30 µs, several times its warm cost) — once a
-run instead of once a token. A request that arrives meanwhile, or a cancel, waits for the
-run (RUN_SECONDS at most), and a run ends as soon as a sequence ends while requests wait.
-Stop strings are Python's to find (in text), so their sequences take single steps: no
-decode is wasted past a stop.
+Runs (`Stepper.run`): when no sequence drafts, has stop strings or needs the Python
+sampler, one call decodes up to RUN_STEPS steps (RUN_SECONDS at most), each feeding back the
+tokens just sampled and ending a sequence at an end-of-generation token and at its last
+allowed one (max_tokens, the context's end); Python then takes the tokens in order, as
+after single steps. That is what takes Python off the per-token path of a fast sequence:
+on the tiny fixture a token decodes in ~0.25 ms, and the Python after a decode runs with
+caches the decode just emptied — 15-30 µs, several times its warm cost, 5-10% of the step;
+now that cost comes once a run. A request that arrives meanwhile, or a cancel, waits for
+the run (RUN_SECONDS at most); a run ends as soon as a sequence ends while requests wait
+(its slot goes to the next). Stop strings are Python's to find (in text), so their
+sequences take single steps: no decode is wasted past a stop.
+
+(Runs on a thread of their own, overlapping Python's turn with the next decodes, were
+tried: on this project's 2-core machine they measured 4-8% slower than these plain runs,
+the Python and the decode then competing for the cores.)
 """
 
 from __future__ import annotations
@@ -53,8 +57,9 @@ from runtime.speculative.speculation import SamplingVerifier
 _LAST_STEP = attrgetter("last_step")
 # A run of plain decode steps in one call ends after this many steps or this long (checked
 # after each step), so a request that arrives, or a cancel, waits at most about this long.
-RUN_STEPS = 32
-RUN_SECONDS = 0.004
+# 8 ms: on the tiny fixture one sequence takes ~30 steps a run, eight take 4.
+RUN_STEPS = 64
+RUN_SECONDS = 0.008
 
 
 class _Plan(NamedTuple):
@@ -166,24 +171,29 @@ class NativeStep:
     def _steps_back_to_back(self, sched: Scheduler, decoders: list[Any],
                             t0: float) -> StepReport | None:
         """Plain decode steps for `decoders` in one call (`Stepper.run`), then what each
-        token means, in order, as after single steps. A decode that fails before the first
-        step is the Python path's to handle."""
+        token means, in order, as after single steps. None when the first decode failed
+        (the Python path's to answer)."""
         n_ctx = sched.ctx.n_ctx
         entries = []
         for seq in decoders:
             seq.last_step = sched._steps
             # Tokens it may take before "length" (Scheduler._accept): max_tokens, then the
             # context's last position.
-            left = min(seq.sampling.max_tokens - seq.n_generated, n_ctx + 1 - len(seq.tokens))
+            room = min(seq.sampling.max_tokens - seq.n_generated, n_ctx + 1 - len(seq.tokens))
             entries.append((seq.slot, seq.n_computed, seq.tokens[-1], seq.native.sample,
-                            max(1, left), not seq.sampling.ignore_eos))
-        # Each step takes a cell per sequence: never more steps than free cells allow.
-        max_steps = min(RUN_STEPS, sched.kv.free // len(decoders))
-        # A decode that failed after the first step: the steps before it stand, and the next
+                            max(1, room), not seq.sampling.ignore_eos))
+        # Each step takes a cell per sequence: never more steps than free cells allow. A
+        # decode that fails after the first step: the steps before it stand, and the next
         # step meets the failure again (here or on the Python path).
+        max_steps = min(RUN_STEPS, sched.kv.free // len(decoders))
         _rc, steps, results = self._run(entries, max_steps, RUN_SECONDS, bool(sched.waiting))
         if steps == 0:
             return None
+        return self._take(sched, decoders, results, t0)
+
+    def _take(self, sched: Scheduler, decoders: list[Any], results: list[Any],
+              t0: float) -> StepReport:
+        """Each sequence's tokens of a run, in order."""
         now = sched.clock()
         decoded = width = 0
         for seq, (tokens, err) in zip(decoders, results, strict=True):
@@ -192,7 +202,8 @@ class NativeStep:
             slot, pos0 = seq.slot, seq.n_computed
             width += bool(tokens)
             try:
-                decoded += self._take_run(sched, seq, tokens, now)
+                if tokens:
+                    decoded += self._take_run(sched, seq, tokens, now)
                 if err and not seq.finished:  # the last step's rows could not be sampled
                     sched.kv.append(slot, (seq.tokens[-1],))
                     seq.n_computed += 1

@@ -161,6 +161,7 @@ class StepProfiler:
         self._steps += 1
         self._n_tokens += self._tokens
         self._decodes += k1[3] - k0[3]
+        # Python's wall time in the period: all of it but decoding and sampling.
         self._python.append(max(0.0, parts[0] - parts[2] - parts[4]) / self._tokens)
 
     def snapshot(self) -> StepProfile:

@@ -27,13 +27,14 @@ from runtime.sampling.verify import VerifyMode
 # The step's modes (native/step.h): how a round is verified, and whether anything is drawn.
 _MODES: dict[str, int] = {"greedy": 0, "leviathan": 1, "greedy_match": 2}
 
-StepConfig = tuple[int, float, int, float, float, Any]
+StepConfig = tuple[Any, ...]
 
 
 def step_config(sampler: Sampler, rule: VerifyMode) -> StepConfig | None:
-    """(mode, temperature, top_k, top_p, min_p, rng capsule) for `sampler`, whose rounds
-    the verifier judges by `rule` (greedy at temperature 0 whatever the rule); None when
-    the sampler needs the Python path (a constraint, penalties)."""
+    """(mode, temperature, top_k, top_p, min_p, rng capsule, rng) for `sampler`, whose
+    rounds the verifier judges by `rule` (greedy at temperature 0 whatever the rule); None
+    when the sampler needs the Python path (a constraint, penalties). The capsule points into
+    the generator without holding it: the generator rides along, so the tuple keeps it."""
     if sampler.constraint is not None or sampler.penalised:
         return None
     p = sampler.params
@@ -41,7 +42,7 @@ def step_config(sampler: Sampler, rule: VerifyMode) -> StepConfig | None:
         return (0, 0.0, 0, 1.0, 0.0, None)
     mode = _MODES[rule if rule != "greedy" else "leviathan"]
     return (mode, float(p.temperature), int(p.top_k), float(p.top_p), float(p.min_p),
-            sampler.rng.bit_generator.capsule)
+            sampler.rng.bit_generator.capsule, sampler.rng)
 
 
 def step_error(code: int) -> Exception:

@@ -16,14 +16,16 @@ import pytest
 
 from runtime.cli.main import main
 from runtime.engine.engine import Engine
+from runtime.errors import InvalidLogits
 from runtime.events import (
     ConstraintSpec,
+    ErrorEvent,
     Finished,
     GenerationRequest,
     SamplingParams,
     TokenEvent,
 )
-from runtime.llama.stepper import ENV_SWITCH, native_step_status
+from runtime.llama.stepper import ENV_SWITCH, ERR_INVALID, native_step_status
 from runtime.settings.load import DraftSettings
 from runtime.speculative.speculation import Speculation
 from tests.conftest import tiny_model_path
@@ -130,11 +132,12 @@ def test_native_and_python_steps_give_the_same_tokens(name: str, tiny_target: Pa
 
 
 def test_a_draft_models_rounds_through_the_native_step_are_lossless(
-        tiny_target: Path, near_draft: Path) -> None:
+        tiny_target: Path, near_draft: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """test_losslessness_engine's exact joint distribution (top-k, top-p and min-p; without
     its repeat penalty, which takes the Python sampler), with the draft's k-step rounds and
     the verifies native: 63 requests of 16 samples, one after another, so that after each
     prompt's step every step only decodes (a step that evaluates a prompt is Python's)."""
+    monkeypatch.setenv(ENV_SWITCH, "1")  # (the whole file runs with the switch off in CI too)
     sampling = replace(SAMPLING, repeat_penalty=1.0)
     expected = exact_joint(tiny_target, PROMPT, sampling, 4)
     counts: Counter[tuple[int, ...]] = Counter()
@@ -192,3 +195,40 @@ def test_run_profile_says_where_each_tokens_time_went(tiny_target: Path, native:
     line = next(x for x in err.splitlines() if x.startswith("profile ("))
     assert line.startswith("profile (native step)" if native else "profile (Python step)")
     assert "per token: Python" in line and "llama_decode" in line and "sampling" in line
+
+
+def test_rows_a_run_cannot_sample_fail_that_request_alone(tiny_target: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose C sampling refused one sequence's rows (NaN: ERR_INVALID) after two
+    tokens: that request ends with InvalidLogits, its neighbour's tokens are those it
+    gets alone, and the victim's cells are gone."""
+    monkeypatch.setenv(ENV_SWITCH, "1")
+    engine = Engine()
+    try:
+        engine.load(settings_for(tiny_target, n_parallel=2))
+        neighbour = _req("the neighbour says", GREEDY)
+        alone = [e.token_id for e in engine.submit(neighbour).events(timeout=60)
+                 if isinstance(e, TokenEvent)]
+        loaded = engine._loaded
+        assert loaded is not None and loaded.scheduler.native is not None
+        native, sched = loaded.scheduler.native, loaded.scheduler
+        real_run = native._run
+        victim = _req("the victim says", replace(GREEDY, max_tokens=200))
+
+        def poisoned(entries: list[Any], *rest: Any) -> Any:
+            rc, steps, results = real_run(entries, *rest)
+            for i, (slot, *_) in enumerate(entries):
+                seq = next(s for s in sched.running if s.slot == slot)
+                if seq.request_id == victim.id and steps >= 3:
+                    results[i] = (results[i][0][:2], ERR_INVALID)
+            return rc, steps, results
+
+        monkeypatch.setattr(native, "_run", poisoned)
+        handles = [engine.submit(replace(neighbour, id="again")), engine.submit(victim)]
+        events = [list(h.events(timeout=60)) for h in handles]
+        assert [e.token_id for e in events[0] if isinstance(e, TokenEvent)] == alone
+        error = events[1][-1]
+        assert isinstance(error, ErrorEvent) and error.kind == InvalidLogits.__name__
+        assert engine.status().active_sequences == 0
+    finally:
+        engine.stop()

@@ -132,3 +132,33 @@ def test_a_model_without_a_projector_says_which_to_load(tiny_server: Served) -> 
         assert error["code"] == "invalid_image" and "vision model" in error["message"]
         assert client.post("/v1/chat/completions", json={
             "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}).status_code == 200
+
+
+def test_remote_images_are_fetched_only_when_allowed(tiny_target: Path, tiny_mmproj: Path,
+                                                     tmp_path: Path) -> None:
+    import functools
+    import http.server
+    import threading
+
+    from runtime.server import ServerLimits
+
+    (tmp_path / "cat.png").write_bytes(png(32, 32, "grey"))
+    (tmp_path / "big.png").write_bytes(b"\0" * (21 * 1024 * 1024))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{site.server_address[1]}"
+    try:
+        with serving(tiny_target, tmp_path / "models", n_ctx=2048, mmproj_path=tiny_mmproj,
+                     limits=ServerLimits(allow_remote_images=True)) as served, \
+                httpx.Client(base_url=served.url, headers=AUTH, timeout=120) as client:
+            for url, status, says in ((f"{base}/cat.png", 200, ""),
+                                      (f"{base}/missing.png", 400, "HTTP 404"),
+                                      (f"{base}/big.png", 400, "larger than")):
+                body = openai_chat(png())
+                body["messages"][0]["content"][1]["image_url"]["url"] = url
+                reply = client.post("/v1/chat/completions", json=body)
+                assert reply.status_code == status, reply.text
+                assert says in reply.text
+    finally:
+        site.shutdown()

@@ -226,3 +226,4 @@ def test_a_draft_round_is_the_python_drafters_loop(llama: FakeLlama) -> None:
         if not params.greedy:
             np.testing.assert_allclose(q_out[:len(tokens)], np.stack(q_want[:len(tokens)]),
                                        rtol=1e-12, atol=1e-15)
+
