@@ -41,7 +41,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +51,7 @@ from runtime.chat.families import Family
 from runtime.engine.api import EmbeddingInput, Embeddings, EngineMetrics, EngineStatus, LoadedModel
 from runtime.engine.chat_template import ChatTemplate
 from runtime.engine.embeddings import Embedder, EmbeddingJob
+from runtime.engine.handle import RequestHandle
 from runtime.engine.kv_store import KvStore, KvStoreOptions, cache_key
 from runtime.engine.media_prompt import DRAFTING_OFF, MediaPrompt, prepare_media_prompt
 from runtime.engine.native_step import NativeStep
@@ -83,55 +84,6 @@ logger = logging.getLogger("outrider.engine")
 _METRICS_WINDOW_S = 5.0
 _PREPARE_WORKERS = 2  # prompts rendered and tokenized at once, off the engine thread
 _IDLE_AFTER_S = 1.0  # no step for this long (and twice the last step): the rates read 0
-
-
-class RequestHandle:
-    """The caller's end of one request: its events, in order, and a cancel button."""
-
-    def __init__(self, request_id: str, n: int, cancel: Callable[[str], None]) -> None:
-        self.id = request_id
-        self._n = n
-        self._queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
-        self._cancel = cancel
-        self._finished = 0
-        self._ended = False
-
-    def _put(self, event: Event) -> None:  # engine thread
-        self._queue.put(event)
-
-    @property
-    def ended(self) -> bool:
-        """All events were read (every Finished, or the ErrorEvent)."""
-        return self._ended
-
-    def get(self, timeout: float | None = None) -> Event | None:
-        """Next event; None on timeout or once the stream has ended."""
-        if self._ended:
-            return None
-        try:
-            event = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        if isinstance(event, Finished):
-            self._finished += 1
-            self._ended = self._finished >= self._n
-        elif isinstance(event, ErrorEvent):
-            self._ended = True
-        return event
-
-    def events(self, timeout: float | None = None) -> Iterator[Event]:
-        """Events until the last Finished or an ErrorEvent. `timeout` bounds each wait and
-        raises TimeoutError when it passes."""
-        while not self._ended:
-            event = self.get(timeout)
-            if event is None:
-                if self._ended:
-                    return
-                raise TimeoutError(f"no event from request {self.id} within {timeout} s")
-            yield event
-
-    def cancel(self) -> None:
-        self._cancel(self.id)
 
 
 @dataclass

@@ -29,10 +29,11 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from runtime.engine.handle import RequestHandle
 from runtime.engine.isolated_child import rebuilt_error, unpacked
 from runtime.errors import EngineCrashed, NoModelLoaded, OutriderError, SettingsError, shown
 from runtime.events import ErrorEvent, Event, Finished, GenerationRequest
@@ -41,17 +42,12 @@ _WATCH_S = 0.5  # how often a waiting caller checks that the reader still runs
 REAP_S = 2.0  # after its pipe ended: how long the child may take to exit before it is killed
 
 
-class IsolatedHandle:
-    """The caller's end of one request in the child: its events, in order, and cancel.
-    Behaves as `runtime.engine.engine.RequestHandle`."""
+class IsolatedHandle(RequestHandle):
+    """The caller's end of one request in the child: `RequestHandle`, filled by the reader
+    thread from the child's batches of events."""
 
     def __init__(self, request_id: str, n: int, cancel: Callable[[str], None]) -> None:
-        self.id = request_id
-        self._n = n
-        self._cancel = cancel
-        self._queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
-        self._finished = 0  # read by the caller
-        self._ended = False
+        super().__init__(request_id, n, cancel)
         self._delivered = 0  # Finished events handed in by the reader
         self._closed = False  # the reader has handed in the last event
 
@@ -67,39 +63,6 @@ class IsolatedHandle:
             elif isinstance(event, ErrorEvent):
                 self._closed = True
         return self._closed
-
-    @property
-    def ended(self) -> bool:
-        return self._ended
-
-    def get(self, timeout: float | None = None) -> Event | None:
-        """Next event; None on timeout or once the stream has ended."""
-        if self._ended:
-            return None
-        try:
-            event = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        if isinstance(event, Finished):
-            self._finished += 1
-            self._ended = self._finished >= self._n
-        elif isinstance(event, ErrorEvent):
-            self._ended = True
-        return event
-
-    def events(self, timeout: float | None = None) -> Iterator[Event]:
-        """Events until the last Finished or an ErrorEvent; TimeoutError if one wait passes
-        `timeout` seconds."""
-        while not self._ended:
-            event = self.get(timeout)
-            if event is None:
-                if self._ended:
-                    return
-                raise TimeoutError(f"no event from request {self.id} within {timeout} s")
-            yield event
-
-    def cancel(self) -> None:
-        self._cancel(self.id)
 
 
 class ChildLink:

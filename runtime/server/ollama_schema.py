@@ -258,33 +258,28 @@ class OllamaGenerateRequest(_OllamaBody):
         return fields
 
 
-class OllamaShowRequest(BaseModel):
+class _ModelOrName(BaseModel):
+    """A body naming a model by `model`, or by `name` as older clients do."""
+
     model_config = _STRICT
     model: str | None = None
     name: str | None = None  # older clients
+
+    @property
+    def asked(self) -> str:
+        asked = self.model or self.name
+        if not asked:
+            refuse("model", "Field required")
+        return asked
+
+
+class OllamaShowRequest(_ModelOrName):
     verbose: bool = False
 
-    @property
-    def asked(self) -> str:
-        asked = self.model or self.name
-        if not asked:
-            refuse("model", "Field required")
-        return asked
 
-
-class OllamaPullRequest(BaseModel):
-    model_config = _STRICT
-    model: str | None = None
-    name: str | None = None
+class OllamaPullRequest(_ModelOrName):
     stream: bool = True
     insecure: bool = False
-
-    @property
-    def asked(self) -> str:
-        asked = self.model or self.name
-        if not asked:
-            refuse("model", "Field required")
-        return asked
 
 
 class OllamaEmbedRequest(BaseModel):
