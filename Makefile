@@ -10,9 +10,12 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # Reinstall when the project's metadata or native sources change. llama-cpp-python builds
-# from source the first time (~11 min on 2 cores); pip's wheel cache makes later installs fast.
-$(STAMP): $(PY) pyproject.toml setup.py $(wildcard native/*.c native/*.h)
+# from source the first time (~11 min on 2 cores), with llama.cpp's RPC backend and any
+# CMAKE_ARGS, into a wheel folder keyed on those flags (packaging/llama_wheel.py says why);
+# later installs take seconds.
+$(STAMP): $(PY) pyproject.toml setup.py packaging/llama_wheel.py $(wildcard native/*.c native/*.h)
 	$(PY) -m pip install --upgrade --quiet pip setuptools wheel
+	$(PY) packaging/llama_wheel.py
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 

@@ -503,6 +503,7 @@ class MainWindow(QtWidgets.QMainWindow):
             self.settings_page.model.save_now()  # an edit still waiting for its save timer
             self.controller.stop()
             self.client.stop()
+            self.server.worker_card.shutdown()  # no worker left lending this machine
             self.runner.shutdown()
             self.model_services.shutdown()  # running downloads resume at the next start
             self.settings.shutdown()  # writes any change not saved yet

@@ -12,7 +12,12 @@ Two questions, each answered as a ratio of runs interleaved in one process:
    by medians, and the median of each rep's own pair (the pairs run back to back, their
    order alternating, so a load change hits both). Mask time per token: what
    `Constraint._entry` (llguidance's fill and the `TokenMask` lookup) took, thread CPU time
-   and wall, over the reply's tokens.
+   and wall, over the reply's tokens. Step time per token, for both runs: the engine's
+   step profile (runtime.engine.step_profile: the period of each decode step, its
+   `llama_decode`, the native step's C sampling, and the rest — Python, the mask included)
+   summed over the reps' tokens. With the native step a constrained token is sampled in C
+   under its mask (runtime.engine.native_step) and takes one step, where free decoding runs
+   its steps back to back.
 2. Prompt lookup: the schema's document written greedily (T = 0) by plain constrained
    decoding and by constrained decoding with prompt lookup (`--lookup-k`: adaptive k and a
    fixed k = 4 by default), each on a fresh engine, the configurations' order alternating
@@ -70,6 +75,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runtime.engine.build import build_engine
 from runtime.engine.engine import Engine
+from runtime.engine.step_profile import StepProfile
 from runtime.events import (
     ChatMessage,
     ConstraintSpec,
@@ -78,6 +84,7 @@ from runtime.events import (
     SamplingParams,
     TokenEvent,
 )
+from runtime.llama.stepper import ENV_SWITCH
 from runtime.sampling import constraint as constraint_module
 from runtime.sampling import sampler as sampler_module
 from runtime.settings.load import DraftSettings, LoadSettings
@@ -124,11 +131,51 @@ def generate(engine: Engine, request: GenerationRequest) -> tuple[list[int], Fin
     return [e.token_id for e in events if isinstance(e, TokenEvent)], done
 
 
-def load(model: Path, threads: int, draft: DraftSettings) -> Engine:
-    engine = build_engine()
-    engine.load(LoadSettings(model_path=model, n_ctx=2048, n_threads=threads, gpu_layers=0,
-                             draft=draft))
+def load(model: Path, threads: int, draft: DraftSettings, *, profile: bool = False,
+         python_step: bool = False) -> Engine:
+    """A loaded engine; `profile` keeps its step profile, `python_step` loads it on the
+    Python step (the sampler sees every row: what GapRecorder reads)."""
+    engine = build_engine(profile=profile)
+    switch = os.environ.get(ENV_SWITCH)
+    if python_step:
+        os.environ[ENV_SWITCH] = "0"  # read at each load
+    try:
+        engine.load(LoadSettings(model_path=model, n_ctx=2048, n_threads=threads, gpu_layers=0,
+                                 draft=draft))
+    finally:
+        if python_step:
+            if switch is None:
+                os.environ.pop(ENV_SWITCH, None)
+            else:
+                os.environ[ENV_SWITCH] = switch
     return engine
+
+
+class StepClock:
+    """Sums the engine's step profile (cumulative) over the runs made inside `timed()`."""
+
+    FIELDS = ("tokens", "wall", "decode_wall", "sample_wall")
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.sums = dict.fromkeys(self.FIELDS, 0.0)
+
+    def now(self) -> StepProfile:
+        profile = self.engine.step_profile()
+        if profile is None:
+            sys.exit("the engine keeps no step profile")
+        return profile
+
+    def add(self, before: StepProfile) -> None:
+        after = self.now()
+        for name in self.FIELDS:
+            self.sums[name] += getattr(after, name) - getattr(before, name)
+
+    def cells(self) -> str:
+        """µs per token: step, llama_decode, C sampling, the rest (Python, masks in)."""
+        n = self.sums["tokens"] or 1.0
+        step, decode, sample = (self.sums[k] / n * 1e6 for k in self.FIELDS[1:])
+        return f"{step:.0f} | {decode:.0f} | {sample:.1f} | {step - decode - sample:.0f}"
 
 
 SPLIT_KV_CELLS = 256  # from cell 257 on, a one-token decode sums attention another way
@@ -164,7 +211,8 @@ class MaskClock:
 
 class GapRecorder:
     """Records, per generated position, the gap between the two best masked logits of the
-    row greedy sampling picked from (where a near-tie could flip)."""
+    row greedy sampling picked from (where a near-tie could flip). Python's sampler sees
+    those rows only on the Python step (`load(..., python_step=True)`)."""
 
     def __init__(self) -> None:
         self.gaps: dict[int, float] = {}
@@ -196,7 +244,8 @@ def _ratios(bound: list[float], free: list[float]) -> str:
 
 
 def cost(model: Path, args: argparse.Namespace) -> list[str]:
-    engine = load(model, args.threads, DraftSettings())
+    engine = load(model, args.threads, DraftSettings(), profile=True)
+    bound_steps, free_steps = StepClock(engine), StepClock(engine)
     spec = ConstraintSpec("json_schema", json.dumps(SCHEMA))
     free_rates: list[float] = []
     bound_rates: list[float] = []
@@ -211,6 +260,7 @@ def cost(model: Path, args: argparse.Namespace) -> list[str]:
             seed = args.seed + rep
             # The constrained run decides N; the free run's rate is kept for the same rep.
             sampling = SamplingParams(temperature=0.8, max_tokens=400, seed=seed)
+            before = bound_steps.now()
             with MaskClock() as clock:
                 tokens, done = generate(engine, GenerationRequest(
                     messages=_messages(PROMPT), sampling=sampling, constraint=spec))
@@ -218,16 +268,23 @@ def cost(model: Path, args: argparse.Namespace) -> list[str]:
             free = SamplingParams(temperature=0.8, max_tokens=n, ignore_eos=True, seed=seed)
             bound_rate = done.timings.decode_tokens_per_s
             if rep % 2:  # alternate the order: free, then constrained again
+                free_before = free_steps.now()
                 _, done = generate(engine, GenerationRequest(messages=_messages(PROMPT),
                                                              sampling=free))
+                free_steps.add(free_before)
                 free_rate = done.timings.decode_tokens_per_s
+                before = bound_steps.now()
                 with MaskClock() as clock:
                     tokens, done = generate(engine, GenerationRequest(
                         messages=_messages(PROMPT), sampling=sampling, constraint=spec))
+                bound_steps.add(before)
                 bound_rate = done.timings.decode_tokens_per_s
             else:
+                bound_steps.add(before)
+                free_before = free_steps.now()
                 _, done = generate(engine, GenerationRequest(messages=_messages(PROMPT),
                                                              sampling=free))
+                free_steps.add(free_before)
                 free_rate = done.timings.decode_tokens_per_s
             mask_cpu += clock.cpu
             mask_wall += clock.wall
@@ -244,7 +301,12 @@ def cost(model: Path, args: argparse.Namespace) -> list[str]:
         f"| {model.name} | {statistics.median(n_tokens):.0f} | {max(free_rates):.1f} "
         f"({statistics.median(free_rates):.1f}) | {max(bound_rates):.1f} "
         f"({statistics.median(bound_rates):.1f}) | {_ratios(bound_rates, free_rates)} "
-        f"| {mask_cpu / total * 1e6:.0f} / {mask_wall / total * 1e6:.0f} |"]
+        f"| {mask_cpu / total * 1e6:.0f} / {mask_wall / total * 1e6:.0f} |",
+        "",
+        "| run | step µs/token | llama_decode | sampling (C) | Python, masks in |",
+        "|---|---:|---:|---:|---:|",
+        f"| free | {free_steps.cells()} |",
+        f"| constrained | {bound_steps.cells()} |"]
 
 
 def _greedy(model: Path, threads: int, draft: DraftSettings, spec: ConstraintSpec,
@@ -252,7 +314,7 @@ def _greedy(model: Path, threads: int, draft: DraftSettings, spec: ConstraintSpe
     """One greedy reply under `spec` on a fresh engine: tokens, Finished, the process's CPU
     seconds for the reply (all threads: a load-robust second opinion on the rate), and
     (`gaps`) plain decoding's top-2 gaps per position."""
-    engine = load(model, threads, draft)
+    engine = load(model, threads, draft, python_step=gaps)
     try:
         generate(engine, GenerationRequest(messages=_messages(LIST_PROMPT),
                                            sampling=SamplingParams(temperature=0.0,

@@ -55,7 +55,8 @@ typedef struct {
 enum { OR_STEP_GREEDY = 0, OR_STEP_LEVIATHAN = 1, OR_STEP_GREEDY_MATCH = 2 };
 
 enum {
-    OR_ERR_INVALID = -20, /* a NaN or +inf logit: Sampler raises InvalidLogits */
+    OR_ERR_INVALID = -20,    /* a NaN or +inf logit: Sampler raises InvalidLogits */
+    OR_ERR_CONSTRAINT = -30, /* a mask left no finite logit: Sampler's ConstraintError */
 };
 
 /* One sequence's sampling: the mode of its verify rounds (greedy at temperature 0), the
@@ -143,6 +144,94 @@ static int64_t or_sample_row(const float *x, size_t n, const or_seq_cfg *c, doub
     int64_t rc = or_distribution(x, n, c, scratch);
     if (rc < 0) return rc;
     return (int64_t)or_sample_f64(scratch, n, c->rng->next_double(c->rng->state));
+}
+
+/* ---- one row under a constraint's mask --------------------------------------------- */
+
+/* A grammar's mask at one position as TokenMask keeps it (runtime/sampling/token_mask.py):
+ * the short list of its tokens, ascending — the allowed ones (`allows`) or the refused
+ * ones — and the grammar's vocabulary size, past which every token is refused. */
+typedef struct {
+    int allows;
+    const int64_t *ids;
+    size_t n_ids;
+    size_t limit;
+} or_mask;
+
+/* The logits of the tokens `mk` allows, in id order, from x[0..n) into `row` (n floats);
+ * returns how many. Sampler.prepared gathers an allowed list the same way; a refused list
+ * it applies as -inf in a copy of the row, which has the same distribution (ties by id
+ * alike) but sends every whole-row pass of the transform down its slow, scalar path for
+ * non-finite rows (~250 us a token at 49k), so here the allowed runs between the refused
+ * ids are copied instead. Ids past the row or the grammar's vocabulary are dropped. */
+static size_t or_apply_mask(const float *x, size_t n, const or_mask *mk, float *row) {
+    size_t m = 0;
+    if (mk->allows) {
+        for (size_t j = 0; j < mk->n_ids; j++) {
+            uint64_t t = (uint64_t)mk->ids[j];
+            if (t >= n) break; /* ascending: the rest lie past the row too */
+            row[m++] = x[t];
+        }
+        return m;
+    }
+    const size_t end = mk->limit < n ? mk->limit : n;
+    size_t from = 0;
+    for (size_t j = 0; j < mk->n_ids; j++) {
+        uint64_t t = (uint64_t)mk->ids[j];
+        if (t >= end) break;
+        if (t < from) continue; /* a repeated id */
+        memcpy(row + m, x + from, (t - from) * sizeof *row);
+        m += t - from;
+        from = t + 1;
+    }
+    memcpy(row + m, x + from, (end - from) * sizeof *row);
+    return m + (end - from);
+}
+
+/* The token id of position k of or_apply_mask's row. */
+static int64_t or_unmask(const or_mask *mk, int64_t k) {
+    if (mk->allows) return mk->ids[k];
+    uint64_t id = (uint64_t)k, last = UINT64_MAX;
+    for (size_t j = 0; j < mk->n_ids; j++) { /* every refused id at or below it pushes it up */
+        uint64_t t = (uint64_t)mk->ids[j];
+        if (t > id) break;
+        if (t != last) id++;
+        last = t;
+    }
+    return (int64_t)id;
+}
+
+/* Sampler._check_top on a masked row: NaN or +inf is OR_ERR_INVALID (the row's maximum
+ * would be NaN or +inf), no finite logit left (an empty row included) is
+ * OR_ERR_CONSTRAINT; 0 when the row can be sampled. */
+static int64_t or_masked_check(const float *x, size_t m) {
+    float top;
+    if (m && or_all_finite_max(x, m, &top)) return 0;
+    int finite = 0;
+    for (size_t i = 0; i < m; i++) {
+        float v = x[i];
+        if (v != v || v == INFINITY) return OR_ERR_INVALID;
+        finite |= v != -INFINITY;
+    }
+    return finite ? 0 : OR_ERR_CONSTRAINT;
+}
+
+/* Sampler.sample on one row under a mask: mask first, then the same checks, transform and
+ * draw as an unmasked row on what is left (`row`: scratch of n floats). A token id, or an
+ * OR_ERR_* code; the uniform is drawn only when the row can be sampled, as in Python. */
+static int64_t or_sample_masked(const float *x, size_t n, const or_mask *mk,
+                                const or_seq_cfg *c, float *row, double *scratch) {
+    const size_t m = or_apply_mask(x, n, mk, row);
+    int64_t k = or_masked_check(row, m);
+    if (k < 0) return k;
+    if (c->mode == OR_STEP_GREEDY) {
+        k = or_argmax_checked(row, m); /* never an error after the check */
+    } else {
+        k = or_distribution(row, m, c, scratch);
+        if (k < 0) return k;
+        k = (int64_t)or_sample_f64(scratch, m, c->rng->next_double(c->rng->state));
+    }
+    return or_unmask(mk, k);
 }
 
 /* ---- a speculative round ----------------------------------------------------------- */

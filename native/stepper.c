@@ -12,7 +12,7 @@
  * eog_flags is n_vocab bytes (1: end of generation). An entry of `step` is one decoding
  * sequence, in batch order:
  *
- *   (slot, pos, fed, cfg, q)
+ *   (slot, pos, fed, cfg, q[, mask])
  *     fed  an int: the one token to decode (one output row), or a tuple (t, x1..xk): the
  *          token and k drafts to verify (k + 1 output rows)
  *     cfg  None: the caller samples this entry's rows itself (from llama_get_logits);
@@ -20,10 +20,15 @@
  *          1 leviathan, 2 greedy_match and rng a numpy BitGenerator's capsule (or None
  *          at temperature 0)
  *     q    None, or the draft's distributions (k, nq) float64 for a leviathan round
+ *     mask None, or a constraint's mask for the one fed token's row (TokenMask.step_form):
+ *          (allows, ids, n_vocab) with ids an ascending int64 array of the allowed
+ *          tokens (allows true) or the refused ones, and every token at or past n_vocab
+ *          refused; the row is masked before it is sampled, as Sampler.prepared does
  *
  * Its result: None (cfg None), a token id (one fed token), (accepted, tokens) (a round),
- * or a negative int (OR_ERR_*: the entry's rows could not be sampled). rc is llama_decode's
- * code; results is None unless it is 0. The decode and the sampling run without the GIL.
+ * or a negative int (OR_ERR_*: the entry's rows could not be sampled; OR_ERR_CONSTRAINT:
+ * the mask left nothing to sample). rc is llama_decode's code; results is None unless it
+ * is 0. The decode and the sampling run without the GIL.
  *
  * `run` is `step` repeated without coming back to Python, for sequences that only decode
  * and are sampled here: each entry (slot, pos, token, cfg, remaining, stop_on_eog) feeds
@@ -68,10 +73,11 @@ typedef struct or_run {
 
 typedef struct {
     int32_t slot, pos, first, n_fed, row;
-    int native, have_q;
+    int native, have_q, have_mask;
     size_t nq;
     or_seq_cfg cfg;
-    Py_buffer qv;
+    Py_buffer qv, mv; /* mv: the mask's ids */
+    or_mask mask;
     int64_t result;
 } or_entry;
 
@@ -81,6 +87,7 @@ typedef struct {
     int32_t n_vocab;
     uint8_t *eog;
     double *p, *qpad, *u;
+    float *masked; /* a masked row (n_vocab floats) */
     int32_t *out, *drafts; /* drafts: the fed tokens as given (the batch may hold stand-ins) */
     or_entry *entries;
     size_t n_entries_cap;
@@ -98,6 +105,7 @@ static void stepper_dealloc(StepperObject *self) {
     PyMem_Free(self->p);
     PyMem_Free(self->qpad);
     PyMem_Free(self->u);
+    PyMem_Free(self->masked);
     PyMem_Free(self->out);
     PyMem_Free(self->drafts);
     PyMem_Free(self->entries);
@@ -142,10 +150,11 @@ static int stepper_init(StepperObject *self, PyObject *args, PyObject *kwds) {
     self->p = PyMem_Calloc(n, sizeof(double));
     self->qpad = PyMem_Calloc(n, sizeof(double));
     self->u = PyMem_Calloc(c + 1, sizeof(double));
+    self->masked = PyMem_Calloc(n, sizeof(float));
     self->out = PyMem_Calloc(c + 1, sizeof(int32_t));
     self->drafts = PyMem_Calloc(c + 1, sizeof(int32_t));
     if (!d->token || !d->pos || !d->n_seq_id || !d->seq_id || !d->seq_ptr || !d->logits ||
-        !self->p || !self->qpad || !self->u || !self->out || !self->drafts) {
+        !self->p || !self->qpad || !self->u || !self->masked || !self->out || !self->drafts) {
         PyErr_NoMemory();
         return -1;
     }
@@ -193,18 +202,51 @@ static int parse_cfg(PyObject *obj, or_seq_cfg *c) {
     return 0;
 }
 
+static void release_entry(or_entry *e) {
+    if (e->have_q) PyBuffer_Release(&e->qv);
+    if (e->have_mask) PyBuffer_Release(&e->mv);
+    e->have_q = e->have_mask = 0;
+}
+
 static void release_entries(StepperObject *self, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (self->entries[i].have_q) PyBuffer_Release(&self->entries[i].qv);
+    for (size_t i = 0; i < n; i++) release_entry(&self->entries[i]);
+}
+
+/* (allows, ids, n_vocab) into e->mask, holding the ids' buffer in e->mv. */
+static int parse_mask(PyObject *obj, or_entry *e) {
+    PyObject *ids;
+    int allows;
+    Py_ssize_t limit;
+    if (!PyTuple_Check(obj) || !PyArg_ParseTuple(obj, "pOn:mask", &allows, &ids, &limit)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "mask must be a tuple");
+        return -1;
+    }
+    if (PyObject_GetBuffer(ids, &e->mv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return -1;
+    e->have_mask = 1;
+    const char *f = e->mv.format ? e->mv.format : "B";
+    if (*f == '@' || *f == '=' || *f == '<') f++;
+    if (e->mv.ndim != 1 || e->mv.itemsize != 8 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
+        PyErr_SetString(PyExc_TypeError, "mask ids must be a C-contiguous int64 array");
+        return -1;
+    }
+    if (limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "a mask's n_vocab must be >= 0");
+        return -1;
+    }
+    e->mask.allows = allows;
+    e->mask.ids = (const int64_t *)e->mv.buf;
+    e->mask.n_ids = (size_t)e->mv.shape[0];
+    e->mask.limit = (size_t)limit;
+    return 0;
 }
 
 /* Parse one entry into e and its tokens into the batch from index *n_tokens. */
 static int parse_entry(StepperObject *self, PyObject *item, or_entry *e, int32_t *n_tokens,
                        int32_t *n_rows) {
-    PyObject *fed, *cfg, *q;
-    e->have_q = 0;
-    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 5) {
-        PyErr_SetString(PyExc_TypeError, "an entry is (slot, pos, fed, cfg, q)");
+    PyObject *fed, *cfg, *q, *mask;
+    e->have_q = e->have_mask = 0;
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 5 || PyTuple_GET_SIZE(item) > 6) {
+        PyErr_SetString(PyExc_TypeError, "an entry is (slot, pos, fed, cfg, q[, mask])");
         return -1;
     }
     e->slot = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
@@ -213,6 +255,7 @@ static int parse_entry(StepperObject *self, PyObject *item, or_entry *e, int32_t
     fed = PyTuple_GET_ITEM(item, 2);
     cfg = PyTuple_GET_ITEM(item, 3);
     q = PyTuple_GET_ITEM(item, 4);
+    mask = PyTuple_GET_SIZE(item) == 6 ? PyTuple_GET_ITEM(item, 5) : Py_None;
     or_decoder *d = &self->dec;
     int32_t i = *n_tokens;
     e->first = i;
@@ -257,6 +300,15 @@ static int parse_entry(StepperObject *self, PyObject *item, or_entry *e, int32_t
         }
         e->nq = (size_t)e->qv.shape[1];
     }
+    if (mask != Py_None) {
+        /* a round's rows each need the grammar's state after the drafts before them:
+         * Python verifies those (SamplingVerifier) */
+        if (!e->native || e->n_fed != 1) {
+            PyErr_SetString(PyExc_ValueError, "a mask needs a cfg and one fed token");
+            return -1;
+        }
+        if (parse_mask(mask, e) != 0) return -1;
+    }
     return 0;
 overflow:
     PyErr_Format(PyExc_ValueError, "batch overflow: more than %d tokens", (int)d->capacity);
@@ -271,7 +323,9 @@ static void sample_entry(StepperObject *self, or_entry *e, const float *rows) {
     const size_t n = (size_t)self->n_vocab;
     const float *x = rows + (size_t)e->row * n;
     if (e->n_fed == 1) {
-        e->result = or_sample_row(x, n, &e->cfg, self->p);
+        e->result = e->have_mask
+                        ? or_sample_masked(x, n, &e->mask, &e->cfg, self->masked, self->p)
+                        : or_sample_row(x, n, &e->cfg, self->p);
         return;
     }
     const size_t k = (size_t)e->n_fed - 1;
@@ -319,7 +373,7 @@ static PyObject *stepper_step(StepperObject *self, PyObject *entries_obj) {
     for (Py_ssize_t i = 0; i < m; i++) {
         if (parse_entry(self, PySequence_Fast_GET_ITEM(seq, i), &self->entries[i], &n_tokens,
                         &n_rows) != 0) {
-            if (self->entries[i].have_q) PyBuffer_Release(&self->entries[i].qv);
+            release_entry(&self->entries[i]);
             release_entries(self, parsed);
             Py_DECREF(seq);
             return NULL;
@@ -617,7 +671,7 @@ static PyTypeObject StepperType = {
 /* Called from PyInit__native. */
 int or_stepper_register(PyObject *module) {
     if (PyType_Ready(&StepperType) < 0) return -1;
-    if (PyModule_AddIntConstant(module, "STEP_ABI", 1) < 0) return -1;
+    if (PyModule_AddIntConstant(module, "STEP_ABI", 2) < 0) return -1;
     Py_INCREF(&StepperType);
     if (PyModule_AddObject(module, "Stepper", (PyObject *)&StepperType) < 0) {
         Py_DECREF(&StepperType);

@@ -238,6 +238,21 @@ class EngineCrashed(EngineError):
     requests end with this, and the next request for the model loads it again. 503."""
 
 
+class WorkerError(SettingsError):
+    """A worker named in the load settings cannot serve: unreachable, not an RPC server, an
+    incompatible protocol version, named twice. Raised before anything is loaded. 400."""
+
+
+class WorkerLost(EngineCrashed):
+    """A worker holding part of the loaded model stopped answering mid-generation: llama.cpp's
+    RPC client aborts its process, so the model is unloaded. `worker` names it ("host:port").
+    503."""
+
+    def __init__(self, message: str, worker: str = "") -> None:
+        super().__init__(message)
+        self.worker = worker
+
+
 class InvalidLogits(EngineError):
     """The model's logits hold NaN or +inf (broken weights, a RoPE base of 0 or NaN): the
     request ends with "the model produced invalid numbers (NaN)"."""

@@ -22,6 +22,10 @@ whole when they fit the context left (`context_budget`: a document by the served
 tokenizer count, `count_tokens`, once the composer has it; each image by the model's
 `image_tokens`), else as the passages a `PassageFinder` picks with the served model's
 embeddings, just before the request.
+
+A worker that fails the model (`worker_lost` mid-reply, `worker_unavailable` at a load) is
+named in `worker_problem`, so the page can offer to reload without it (`settings_without`):
+the reply keeps its text so far and its error, the message it answers stays.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from app.chat.conversation import (
     title_for,
 )
 from app.chat.generation import Generation
+from app.chat.lost_worker import lost_worker, without_worker
 from app.chat.message_content import api_content, keep_attachments, tokens_used
 from app.chat.retrieval import PassageFinder
 from app.chat.store import ChatStore
@@ -49,6 +54,7 @@ from app.engine.json_call import JsonCall
 from app.engine.wire import ReplyDelta, ReplyError, ReplyFinished
 from app.qt import QtCore, Signal
 from runtime.events import SamplingParams, SpecSummary
+from runtime.settings.load import LoadSettings
 
 SAVE_INTERVAL_MS = 500
 # The sampling defaults remembered for a model file (Settings → Model), or None.
@@ -75,6 +81,9 @@ class ChatController(QtCore.QObject):
         reply_finished(Message): a reply ended (done, stopped or failed).
         send_blocked(str): why Send cannot work now ("" when it can): no model is loaded
             and none is wanted, so a message would only fail.
+        worker_problem(str, str): a worker failed the model (the worker "host:port", the
+            server's one-line message): a reply or a load ended with `worker_lost` or
+            `worker_unavailable`.
     """
 
     conversation_opened = Signal(object)
@@ -86,6 +95,7 @@ class ChatController(QtCore.QObject):
     reply_finished = Signal(object)
     first_token = Signal(float)
     send_blocked = Signal(str)
+    worker_problem = Signal(str, str)
 
     def __init__(self, store: ChatStore, client: EngineClient,
                  parent: QtCore.QObject | None = None, *,
@@ -132,6 +142,14 @@ class ChatController(QtCore.QObject):
         if self.conversation is None:
             return []
         return self.tree.path(self.conversation.current_leaf)
+
+    def settings_without(self, worker: str) -> LoadSettings | None:
+        """The load settings of the model last asked for, without `worker` (None when no
+        load asked for it): what "Reload without host:port" loads."""
+        asked = self._client.asked
+        if asked is None or worker not in asked.workers:
+            return None
+        return without_worker(asked, worker)
 
     def attachment_problem(self, pending: list[Pending]) -> str:
         """Why these attachments cannot be sent to the loaded model ("" when they can):
@@ -520,6 +538,12 @@ class ChatController(QtCore.QObject):
             message = "The engine stopped while replying. Send again to restart it."
         gen.message.error = message
         self._finish(gen, "error", None)
+        self._report_worker(error)
+
+    def _report_worker(self, error: ReplyError) -> None:
+        worker = lost_worker(error)
+        if worker is not None:
+            self.worker_problem.emit(worker, error.message)
 
     def _finish(self, gen: Generation, status: str, result: ReplyFinished | None) -> None:
         self._generation = None
@@ -591,7 +615,9 @@ class ChatController(QtCore.QObject):
         gen = self._generation
         if gen is not None and gen.stream is None:
             self._drop_finder(gen)
-            self._fail(gen, error)
+            self._fail(gen, error)  # says which worker, if one failed the load
+        else:
+            self._report_worker(error)
 
 
 def speculative_footer(spec: SpecSummary) -> dict[str, Any]:

@@ -220,7 +220,10 @@ class ModelPicker(QtWidgets.QWidget):
     def _on_plan(self, settings: LoadSettings, plan: dict[str, Any]) -> None:
         self._plan = plan
         self.status.setText(plan_summary(plan))
-        if plan.get("verdict") != "wont_fit":
+        # With workers, this plan (this machine's devices only: asking a worker here would
+        # find it busy serving the model loaded now) cannot judge the fit; the engine plans
+        # again with the workers' devices as it loads, and its plan replaces this one here.
+        if plan.get("verdict") != "wont_fit" or settings.workers:
             self._start_load(settings)
             return
         box = QtWidgets.QMessageBox(self)

@@ -1,5 +1,6 @@
 """The Chat page: conversation list | header (title, model picker, actions), settings drawer,
-transcript and composer. Wiring only: state and actions live in `ChatController`.
+transcript, the lost-worker banner and composer. Wiring only: state and actions live in
+`ChatController`.
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ from app.chat.controller import ChatController
 from app.chat.conversation import Conversation
 from app.chat.conversation_list import ConversationListModel, ConversationPane
 from app.chat.export import export_conversation
+from app.chat.lost_worker import LostWorkerBanner, lost_worker, without_worker
 from app.chat.model_picker import ModelPicker
 from app.chat.settings_panel import ConversationSettings
 from app.chat.transcript import TranscriptView
+from app.engine.wire import ReplyError
 from app.qt import Qt, QtGui, QtWidgets, Signal
 from app.services.background import BackgroundRunner
 from app.services.settings import SettingsController
 from app.theme import Palette
 from app.widgets import ElidedLabel
+from runtime.settings.user import ModelPrefs
 
 
 class ChatPage(QtWidgets.QWidget):
@@ -53,6 +57,7 @@ class ChatPage(QtWidgets.QWidget):
         self.setAcceptDrops(True)  # files dropped anywhere on the chat go to the composer
         self.settings = ConversationSettings()
         self.settings.hide()
+        self.lost_worker = LostWorkerBanner()
 
         header = QtWidgets.QFrame()
         header.setObjectName("chatHeader")
@@ -96,6 +101,7 @@ class ChatPage(QtWidgets.QWidget):
         drawer_layout.addWidget(self.settings)
         column.addWidget(drawer)
         column.addWidget(self.transcript, 1)
+        column.addWidget(self.lost_worker)
         column.addWidget(self.composer)
 
         self.splitter = QtWidgets.QSplitter(Qt.Orientation.Horizontal)
@@ -150,6 +156,8 @@ class ChatPage(QtWidgets.QWidget):
         self.settings.response_schema_changed.connect(c.set_response_schema)
         self.settings.problem.connect(self.message)
         self.picker.model_chosen.connect(c.set_model)
+        c.worker_problem.connect(self.lost_worker.show_problem)
+        self.lost_worker.reload_requested.connect(self.reload_without)
         composer.set_blocked(c.send_blocked_reason())
 
     # -- actions -----------------------------------------------------------------------
@@ -173,6 +181,38 @@ class ChatPage(QtWidgets.QWidget):
         if conv is not None:
             export_conversation(conv, self.controller.tree, path, self.controller.store.media)
             self.message.emit(f"Exported to {path}")
+
+    def reload_without(self, worker: str) -> None:
+        """Load the model last asked for again, with the same settings less `worker`; once
+        it is loaded, the worker leaves the model's saved settings too."""
+        settings = self.controller.settings_without(worker)
+        if settings is None:
+            self.lost_worker.dismiss()
+            self.message.emit(f"The model's settings no longer name {worker}.")
+            return
+        self.lost_worker.show_reloading(worker)
+        job = self.picker.load(settings)
+        path = settings.model_path
+        job.loaded.connect(lambda _model: self._on_reloaded_without(path, worker))
+        job.failed.connect(self._on_reload_failed)
+
+    def _on_reloaded_without(self, path: Path, worker: str) -> None:
+        self.lost_worker.dismiss()
+        saved = self._app_settings
+        prefs = saved.settings.model_prefs(path) if saved is not None else None
+        if saved is not None and prefs is not None and worker in prefs.load.workers:
+            saved.update_model(path, ModelPrefs(without_worker(prefs.load, worker),
+                                                prefs.sampling))
+            self.message.emit(f"Loaded without {worker}, and removed it from this model's "
+                              "settings. Regenerate to answer again.")
+        else:
+            self.message.emit(f"Loaded without {worker}. Regenerate to answer again.")
+
+    def _on_reload_failed(self, error: ReplyError) -> None:
+        # Another worker that fails is named by the controller (worker_problem) instead;
+        # any other failure is the picker's to say.
+        if lost_worker(error) is None:
+            self.lost_worker.dismiss()
 
     def set_palette(self, palette: Palette) -> None:
         self.transcript.set_palette(palette)

@@ -83,6 +83,7 @@ class EngineClient(QtCore.QObject):
         self._state = EngineState.STOPPED
         self._model: ServedModel | None = None
         self._wanted: LoadSettings | None = None
+        self._asked: LoadSettings | None = None
         self._queued_job: LoadJob | None = None
         self._metrics: MetricsFeed | None = None
         self._metrics_retry = QtCore.QTimer(self, singleShot=True, interval=METRICS_RETRY_MS)
@@ -103,6 +104,12 @@ class EngineClient(QtCore.QObject):
     def wanted(self) -> LoadSettings | None:
         """The settings of the model the user asked for (reloaded after a restart)."""
         return self._wanted
+
+    @property
+    def asked(self) -> LoadSettings | None:
+        """The settings of the last load asked for, kept when it failed (unlike `wanted`):
+        what "Reload without a worker" starts from after a worker could not serve."""
+        return self._asked
 
     @property
     def address(self) -> ServerAddress | None:
@@ -154,7 +161,7 @@ class EngineClient(QtCore.QObject):
 
     def load(self, settings: LoadSettings) -> LoadJob:
         """Load a model (replacing any loaded one), starting the engine first if needed."""
-        self._wanted = settings
+        self._wanted = self._asked = settings
         job = LoadJob(self)
         if self._queued_job is not None:
             self._queued_job.cancel()

@@ -105,15 +105,24 @@ class EngineCommand:
 
     @classmethod
     def default(cls) -> EngineCommand:
+        # --allow-any-path: the user may open any file they can read; the engine listens on
+        # loopback only, behind a random key.
+        return cls.outrider("serve", "--allow-any-path")
+
+    @classmethod
+    def outrider(cls, *args: str) -> EngineCommand:
+        """`outrider ARGS…` as this app runs it: the engine server, or the worker that lends
+        this machine to another (the Server page's "Lend this machine").
+
+            >>> EngineCommand.outrider("worker").args[-3:]
+            ('-m', 'runtime.cli.main', 'worker')
+        """
         if getattr(sys, "frozen", False):  # PyInstaller: the app binary doubles as the engine
-            return cls(sys.executable, ("--engine", "serve", "--allow-any-path"))
+            return cls(sys.executable, ("--engine", *args))
         # The child must import this very `runtime` even when the project is not installed.
         root = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-        # --allow-any-path: the user may open any file they can read; the engine listens on
-        # loopback only, behind a random key.
-        return cls(sys.executable, ("-m", "runtime.cli.main", "serve", "--allow-any-path"),
-                   {"PYTHONPATH": path})
+        return cls(sys.executable, ("-m", "runtime.cli.main", *args), {"PYTHONPATH": path})
 
     def argv(self, api_key: str, parent_pid: int, host: str = "127.0.0.1",
              port: int = 0, saved_kv_gib: float | None = None) -> list[str]:

@@ -235,8 +235,9 @@ class LoadJob(_SseCall):
             self._model = model
             self._end(None)
         elif event.event == "error":
-            self._end(ReplyError(str(data.get("kind", "LoadError")),
-                                 str(data.get("message", "the model did not load"))))
+            kind = str(data.get("kind", "LoadError"))
+            self._end(ReplyError(kind, str(data.get("message", "the model did not load")),
+                                 str(data.get("code") or "")))
 
     def _on_end(self, error: ReplyError | None) -> None:
         model = getattr(self, "_model", None)

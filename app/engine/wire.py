@@ -139,10 +139,13 @@ class ReplyFinished:
 
 @dataclass(frozen=True)
 class ReplyError:
-    """Why a request failed. Shown beside the reply, never inside its text."""
+    """Why a request failed. Shown beside the reply, never inside its text. `code` is the
+    server's error code where it gave one ("worker_lost", "model_not_found"; docs/api.md),
+    what the app acts on; "" for errors of the app's own making."""
 
     kind: str  # the server's error type/kind, or "EngineDied", "NetworkError" ...
     message: str
+    code: str = ""
 
 
 ChunkItem = ReplyDelta | StepStats | ReplyFinished
@@ -240,11 +243,17 @@ def parse_chat_chunk(payload: dict[str, Any]) -> list[ChunkItem]:
 
 
 def parse_error_body(body: bytes, status: int) -> ReplyError:
-    """An OpenAI-shaped error answer (`{"error": {"message", "type", "code"}}`)."""
+    """An OpenAI-shaped error answer (`{"error": {"message", "type", "code"}}`).
+
+    >>> parse_error_body(b'{"error": {"message": "worker 10.0.0.2:50052 stopped answering",'
+    ...                  b' "type": "server_error", "code": "worker_lost"}}', 503).code
+    'worker_lost'
+    """
     try:
         error = json.loads(body.decode("utf-8"))["error"]
         return ReplyError(str(error.get("type") or error.get("code") or status),
-                          str(error.get("message") or "the engine refused the request"))
+                          str(error.get("message") or "the engine refused the request"),
+                          str(error.get("code") or ""))
     except (ValueError, KeyError, TypeError, AttributeError):
         text = body.decode("utf-8", errors="replace").strip()[:200]
         return ReplyError(f"HTTP {status}", text or f"the engine answered HTTP {status}")
@@ -252,17 +261,21 @@ def parse_error_body(body: bytes, status: int) -> ReplyError:
 
 @dataclass(frozen=True)
 class DeviceMemory:
-    """One device in a metrics snapshot: its memory and what the plan put on it."""
+    """One device in a metrics snapshot: its memory and what the plan put on it. A worker's
+    device (`remote`, kind "rpc") lends its memory to this engine alone while the model is
+    loaded, so it cannot be asked again: its figures are as of the load (`as_of` "load")."""
 
     id: str
     name: str
-    kind: str  # "cpu", "cuda", "metal"
+    kind: str  # "cpu", "cuda", "metal", "rpc" (another machine's, `outrider worker`)
     total_bytes: int
     free_bytes: int
     planned_weights: int = 0
     planned_kv: int = 0
     planned_compute: int = 0
     planned_other: int = 0  # outside those buffers: vocabulary tables, the CUDA runtime
+    remote: bool = False
+    as_of: str = ""  # "load": the free memory is what the worker said before the load
 
     @property
     def used_bytes(self) -> int:
@@ -300,7 +313,9 @@ def parse_metrics(data: dict[str, Any]) -> MetricsSnapshot:
             str(dev.get("kind", "cpu")), int(dev.get("total_bytes", 0)),
             int(dev.get("free_bytes", 0)), int(planned.get("weights", 0) or 0),
             int(planned.get("kv", 0) or 0), int(planned.get("compute", 0) or 0),
-            int(planned.get("overhead", 0) or 0)))
+            int(planned.get("overhead", 0) or 0),
+            remote=bool(dev.get("remote")) or dev.get("kind") == "rpc",
+            as_of=str(dev.get("as_of") or "")))
     k = data.get("draft_k")
     return MetricsSnapshot(
         time=_num(data, "time"), devices=tuple(devices),

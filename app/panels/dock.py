@@ -76,6 +76,7 @@ class LivePanels(QtWidgets.QDockWidget):
 
     def on_model(self, model: ServedModel | None) -> None:
         self.speculative.set_model(model)
+        self.memory.set_plan(model.plan if model is not None else None)
         self._order(drafting=model is not None and bool(model.draft) and not model.draft_refused)
 
     def _order(self, drafting: bool) -> None:

@@ -1,7 +1,8 @@
 """The Server page: the engine process's state and address, start / restart / stop, code
 that connects a client to it (`connect_panel`), the models it holds (`resident_panel`, from
 `GET /api/status` every few seconds while the page shows) and its logs (every start keeps
-one; a crash's last lines are there to read).
+one; a crash's last lines are there to read), and "Lend this machine" (`worker_card`: this
+machine's devices served to another machine's Outrider, `outrider worker`).
 
 Where the engine listens follows the server settings (Settings → App → Local server, see
 `app.engine.process.engine_listen`): a fixed port, 1234 by default, no key on this computer;
@@ -14,12 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.engine.client import EngineClient, EngineState
-from app.engine.process import EngineExit, EngineListen, engine_logs
+from app.engine.process import EngineCommand, EngineExit, EngineListen, engine_logs
 from app.qt import Qt, QtGui, QtWidgets
 from app.server.connect_panel import ConnectPanel
 from app.server.resident import ResidentModel
 from app.server.resident_panel import ResidentPanel
 from app.server.snippets import Endpoint
+from app.server.worker_card import WorkerCard
 from app.widgets import muted_label, page_column
 from runtime.settings.user import AppSettings
 
@@ -63,10 +65,12 @@ def describe_listen(listen: EngineListen, wants_network: bool = False,
 
 class ServerPage(QtWidgets.QWidget):
     """Attributes: connect_panel (the snippets), resident (the resident models), sections (the
-    tabs holding them and the logs: CONNECT, RESIDENT, LOGS)."""
+    tabs holding them and the logs: CONNECT, RESIDENT, LOGS), worker_card (Lend this
+    machine; `worker_command` runs it, default `outrider worker`)."""
 
     def __init__(self, client: EngineClient, log_dir: Path,
-                 parent: QtWidgets.QWidget | None = None) -> None:
+                 parent: QtWidgets.QWidget | None = None, *,
+                 worker_command: EngineCommand | None = None) -> None:
         super().__init__(parent)
         self._client = client
         self._log_dir = log_dir
@@ -178,6 +182,8 @@ class ServerPage(QtWidgets.QWidget):
         logs_column.addWidget(self.log_view, 1)
         self.sections.addTab(logs, "Engine logs")
         outer.addWidget(self.sections, 1)
+        self.worker_card = WorkerCard(worker_command)
+        outer.addWidget(self.worker_card)
 
         client.state_changed.connect(self._on_engine_changed)
         client.model_changed.connect(self._on_engine_changed)

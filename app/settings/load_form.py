@@ -1,5 +1,6 @@
 """The inputs of a model's settings: context, GPU layers, K/V cache types, flash attention,
-threads, batch sizes, drafting and sampling — turned into (and from) `ModelPrefs`.
+threads, batch sizes, the workers lending their devices, drafting and sampling — turned into
+(and from) `ModelPrefs`.
 
     form = LoadForm()
     form.set_prefs(prefs, n_layers=31, has_gpu=False)
@@ -19,6 +20,7 @@ from app.qt import Qt, QtGui, QtWidgets, Signal
 from app.services.drafts import DraftCandidate
 from app.settings.kv_notes import kv_note
 from app.settings.moe_spin import ExpertLayersSpin
+from app.settings.workers_field import WorkersField
 from runtime.events import SamplingParams
 from runtime.settings.load import KV_CACHE_TYPES, DraftSettings, LoadSettings
 from runtime.settings.user import ModelPrefs
@@ -72,6 +74,13 @@ class LoadForm(QtWidgets.QWidget):
         self.threads.setSpecialValueText("auto")
         self.n_batch = _spin(1, 65536, 64)
         self.n_ubatch = _spin(1, 65536, 64)
+        self.workers = WorkersField()
+        self.workers_note = QtWidgets.QLabel(
+            "Other machines running `outrider worker` (Server → Lend this machine) hold some "
+            "layers over the network; Check asks each for its free memory. No password or "
+            "encryption: private networks or SSH tunnels only.")
+        self.workers_note.setWordWrap(True)
+        self.workers_note.setObjectName("muted")
 
         self.draft_kind = _combo(DRAFT_KINDS)
         self.draft_model = QtWidgets.QComboBox()
@@ -105,6 +114,9 @@ class LoadForm(QtWidgets.QWidget):
         memory.addRow("Threads", self.threads)
         memory.addRow("Batch size", self.n_batch)
         memory.addRow("Micro-batch size", self.n_ubatch)
+        machines = QtWidgets.QFormLayout()
+        machines.addRow("Workers", self.workers)
+        machines.addRow(self.workers_note)
         drafting = QtWidgets.QFormLayout()
         drafting.addRow("Drafting", self.draft_kind)
         drafting.addRow("Draft model", self.draft_model)
@@ -118,8 +130,8 @@ class LoadForm(QtWidgets.QWidget):
             sampling.addRow(label, widget)
         layout = QtWidgets.QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        for title, form in (("Memory and speed", memory), ("Speculative decoding", drafting),
-                            ("Sampling defaults", sampling)):
+        for title, form in (("Memory and speed", memory), ("Other machines", machines),
+                            ("Speculative decoding", drafting), ("Sampling defaults", sampling)):
             box = QtWidgets.QGroupBox(title)
             box.setLayout(form)
             layout.addWidget(box)
@@ -134,6 +146,7 @@ class LoadForm(QtWidgets.QWidget):
             combo.currentIndexChanged.connect(self._on_edit)
         for check in (self.gpu_auto, self.draft_k_auto):
             check.toggled.connect(self._on_edit)
+        self.workers.edited.connect(self._on_edit)
 
     # -- filling ---------------------------------------------------------------------------
 
@@ -153,8 +166,8 @@ class LoadForm(QtWidgets.QWidget):
             self.gpu_layers.setRange(0, max(n_layers, 0))
             self.gpu_auto.setChecked(load.gpu_layers is None)
             self.gpu_layers.setValue(min(load.gpu_layers or 0, n_layers))
-            self.gpu_auto.setEnabled(has_gpu)
-            self.gpu_note.setText("" if has_gpu else "No GPU found: every layer runs on the CPU.")
+            self.set_gpu_available(has_gpu)
+            self.workers.set_endpoints(load.workers)
             _select(self.type_k, load.type_k)
             _select(self.type_v, load.type_v)
             _select(self.flash, load.flash_attn)
@@ -176,6 +189,13 @@ class LoadForm(QtWidgets.QWidget):
             self._base = prefs
         finally:
             self._filling = False
+        self._update_enabled()
+
+    def set_gpu_available(self, has_gpu: bool) -> None:
+        """Whether layers can go anywhere but this CPU: a GPU here, or a checked worker's
+        device (the GPU-layer count is then how many leave this machine's CPU)."""
+        self.gpu_auto.setEnabled(has_gpu)
+        self.gpu_note.setText("" if has_gpu else "No GPU found: every layer runs on the CPU.")
         self._update_enabled()
 
     def set_draft_candidates(self, candidates: list[DraftCandidate]) -> None:
@@ -254,7 +274,8 @@ class LoadForm(QtWidgets.QWidget):
             n_ubatch=self.n_ubatch.value(), n_parallel=base_load.n_parallel,
             use_mmap=base_load.use_mmap, draft=draft, cpu_moe=self._cpu_moe(base_load),
             tensor_split=base_load.tensor_split, main_gpu=base_load.main_gpu,
-            mmproj_path=base_load.mmproj_path)  # a projector the user chose (none: paired)
+            mmproj_path=base_load.mmproj_path,  # a projector the user chose (none: paired)
+            workers=self.workers.endpoints())
         base_s = self._base.sampling
         sampling = SamplingParams(
             temperature=round(self.temperature.value(), 4), top_k=self.top_k.value(),

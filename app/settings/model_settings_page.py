@@ -14,6 +14,11 @@ settings name) is read with the header and counted in every plan; its loads brin
 moment after the last edit). The quant combo lists the repository's other quants; choosing
 one downloads it if needed and, when this model is the one loaded, asks for a reload with
 the same settings.
+
+Workers (other machines lending their devices, `outrider worker`) are typed in the form and
+probed only on its Check, on the network thread; the devices of those that answered are
+planned with, before this machine's (llama.cpp's order), so the plan shows the split and
+the network it costs. While an entry is refused, nothing is saved and Load waits.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from app.services.settings import SettingsController
 from app.settings.load_form import LoadForm
 from app.settings.plan_view import PlanView
 from app.settings.quant_choices import QuantChoice, local_choices, merge, remote_choices
+from app.settings.workers_field import WorkerCheck, check_workers
 from runtime.downloads.manager import DownloadJob, DownloadProgress, DownloadStateChanged
 from runtime.errors import HubUnreachable, OutriderError, SettingsError
 from runtime.gguf.info import ModelInfo, read_model_info
@@ -41,7 +47,7 @@ from runtime.library.library import LibraryModel
 from runtime.planner.devices import Device
 from runtime.planner.plan import MemoryPlan, plan_memory
 from runtime.settings.load import LoadSettings
-from runtime.settings.user import ModelPrefs
+from runtime.settings.user import AppSettings, ModelPrefs
 
 
 def read_target(path: Path, devices: Any, mmproj: Path | None = None,
@@ -130,12 +136,14 @@ class ModelSettingsPage(QtWidgets.QWidget):
         self._save_timer.timeout.connect(self.save_now)
         self.form.edited.connect(self._on_edited)
         self.form.largest_context_requested.connect(self.use_largest_context)
+        self.form.workers.check_requested.connect(self.check_workers)
         self.load_button.clicked.connect(self._on_load)
         self.model_combo.activated.connect(self._on_model_chosen)
         # Queued: the switch rebuilds this combo, which must not happen inside its own signal.
         self.quant_combo.activated.connect(self._on_quant_chosen,
                                            QtCore.Qt.ConnectionType.QueuedConnection)
         services.library_changed.connect(self._on_library)
+        settings.changed.connect(self._on_settings_changed)
         services.download_event.connect(self._on_download_event)
         self._on_library(services.models)
 
@@ -172,10 +180,9 @@ class ModelSettingsPage(QtWidgets.QWidget):
         self.info, self.devices, self.projector, self._projector_note = result
         prefs = self.settings.settings.model_prefs(self.path)
         self.form.set_prefs(prefs, self.info.n_layers_offloadable,
-                            has_gpu=any(d.is_gpu for d in self.devices),
+                            has_gpu=self._has_gpu(prefs.load.workers),
                             moe_blocks=self.info.block_count if self.info.is_moe else 0)
         self.form.setEnabled(True)
-        self.load_button.setEnabled(True)
         self.replan()
 
     def _on_info_failed(self, generation: int, exc: object) -> None:
@@ -216,6 +223,7 @@ class ModelSettingsPage(QtWidgets.QWidget):
         Returns the settings planned, or None (and says why) when they are refused."""
         if self.path is None or self.info is None:
             return None
+        self.load_button.setEnabled(not self.form.workers.problem)
         try:
             prefs = self.form.prefs(self.path)
         except SettingsError as exc:
@@ -232,8 +240,13 @@ class ModelSettingsPage(QtWidgets.QWidget):
                 notes = ("The draft model's memory is added once its header is read.",)
         if self._projector_note:
             notes += (self._projector_note,)
-        self._plan_request = (self._generation, self.info, prefs.load, list(self.devices),
-                              draft_info, notes)
+        devices = [*self.form.workers.checked_devices(prefs.load.workers), *self.devices]
+        unchecked = [w for w in prefs.load.workers if not self.form.workers.checked_devices([w])]
+        if unchecked:
+            notes += (f"Not planned with {', '.join(unchecked)}: Check the workers to count "
+                      "their memory.",)
+        self._plan_request = (self._generation, self.info, prefs.load, devices, draft_info,
+                              notes)
         if not self.planning:
             self._start_plan()
         return prefs
@@ -268,6 +281,33 @@ class ModelSettingsPage(QtWidgets.QWidget):
             self._start_plan()
 
         on_result(job, self, done, failed)
+
+    def check_workers(self, endpoints: tuple[str, ...]) -> None:
+        """Probe the workers listed (the field's Check), on the network thread; plan with the
+        devices of those that answer."""
+        job = self.services.on_net(check_workers, endpoints)
+
+        def done(checks: list[WorkerCheck]) -> None:
+            self.form.workers.show_checks(checks)
+            self.form.set_gpu_available(self._has_gpu())
+            self.replan()
+
+        def failed(exc: object) -> None:  # not a WorkerError (check_workers keeps those)
+            self.form.workers.show_checks([WorkerCheck(e, error=f"worker {e}: {exc}")
+                                           for e in endpoints])
+
+        on_result(job, self, done, failed)
+
+    def _has_gpu(self, workers: tuple[str, ...] | None = None) -> bool:
+        """A GPU here, or a device of a worker listed (`workers`, else the form's) that
+        answered the last Check."""
+        if workers is None:
+            try:
+                workers = self.form.workers.endpoints()
+            except SettingsError:
+                workers = ()
+        return any(d.is_gpu for d in (*self.devices,
+                                      *self.form.workers.checked_devices(workers)))
 
     def use_largest_context(self) -> None:
         """Set the context to the largest that fits with the other settings as they are."""
@@ -309,6 +349,20 @@ class ModelSettingsPage(QtWidgets.QWidget):
         on_result(job, self, done)
 
     # -- remembering -----------------------------------------------------------------------
+
+    def _on_settings_changed(self, app: AppSettings) -> None:
+        """The shown model's workers changed elsewhere (the chat's "Reload without
+        host:port" drops one): show them, so that the next edit here does not bring it back."""
+        if self.path is None or self.info is None or self._pending is not None:
+            return
+        saved = app.model_prefs(self.path).load.workers
+        try:
+            shown = self.form.workers.endpoints()
+        except SettingsError:
+            return  # being typed: the user's entries win
+        if saved != shown:
+            self.form.workers.set_endpoints(saved)
+            self.replan()
 
     def _on_edited(self) -> None:
         prefs = self.replan()

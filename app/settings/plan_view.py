@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from app.fit_badge import BADGE_ROLE, badge_text
 from app.qt import Qt, QtWidgets
+from app.services.memory_terms import network_text
 from runtime.planner.plan import KV_CELL_PAD, MemoryPlan
 from runtime.units import fmt_bytes
 
@@ -71,6 +72,15 @@ def projector_text(plan: MemoryPlan) -> str:
     return f"vision projector: {fmt_bytes(vision)} of that (weights and compute buffer)"
 
 
+def split_text(plan: MemoryPlan) -> str:
+    """How a plan with workers splits the layers, in the planner's words (the head of
+    `MemoryPlan.describe`, before its totals): "Split: 11 of 31 layers here, 20 on 2 workers";
+    "" for a plan on this machine alone, or one that does not fit."""
+    if plan.verdict == "wont_fit" or not any(d.kind == "rpc" for d in plan.devices):
+        return ""
+    return plan.describe().rsplit(": ", 1)[0]  # the totals after the last ": " have none
+
+
 TRAINED_TIP = ("The model's trained context: the longest it was made for. Memory would hold "
                "more, so memory is not the limit here.")
 
@@ -126,8 +136,8 @@ class PlanView(QtWidgets.QGroupBox):
     def show_plan(self, plan: MemoryPlan, extra_notes: tuple[str, ...] = (),
                   n_ctx_train: int = 0, *, is_moe: bool = False) -> None:
         self.plan = plan
-        self.verdict.setText(badge_text({"verdict": plan.verdict, "gpu_layers": plan.gpu_layers,
-                                         "n_layers": plan.n_layers}))
+        self.verdict.setText(split_text(plan) or badge_text(
+            {"verdict": plan.verdict, "gpu_layers": plan.gpu_layers, "n_layers": plan.n_layers}))
         color = _COLORS.get(BADGE_ROLE.get(plan.verdict, ""), "")
         self.verdict.setStyleSheet(f"color: {color};" if color else "")
         for key, text in plan_values(plan, n_ctx_train).items():
@@ -137,7 +147,8 @@ class PlanView(QtWidgets.QGroupBox):
         self.devices.setText("\n".join(
             f"{d.name}: {fmt_bytes(d.total)} of {fmt_bytes(d.free_bytes)} free"
             + ("" if d.fits else " — too much") for d in plan.devices))
-        said = (sliding_window_text(plan), experts_text(plan, is_moe), projector_text(plan))
+        said = (network_text(plan.links), sliding_window_text(plan), experts_text(plan, is_moe),
+                projector_text(plan))
         self.notes.setText("\n".join((*plan.notes, *(s for s in said if s), *extra_notes)))
 
     def show_message(self, text: str) -> None:

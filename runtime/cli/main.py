@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from runtime import __version__
-from runtime.cli import desktop, draft, hub, info, quality, run, serve
+from runtime.cli import desktop, draft, hub, info, quality, run, serve, worker
 from runtime.errors import OutriderError, shown
 
 # Modules that each define `register(subparsers)`; their handlers return an exit code.
@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     run,  # run, chat
     hub,  # search, show, pull, ls, rm
     serve,  # serve
+    worker,  # worker
     draft,  # draft make
     quality,  # quantize, eval, bench
     desktop,  # install-desktop-entry

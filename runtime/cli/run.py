@@ -31,6 +31,10 @@ token's time went (runtime.engine.step_profile):
 (the default model, fetched on first use). By default the prompt goes through the model's
 chat template as one user message after a plain system message (`--system` changes it);
 `--raw` sends the prompt as is.
+
+`--worker HOST:PORT` (repeatable) splits the model across other machines' `outrider worker`
+and this one (docs/distributed.md); the engine then runs in a child process, so a worker that
+disappears ends the reply with an error naming it.
 """
 
 from __future__ import annotations
@@ -41,9 +45,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
-from runtime.engine.api import LoadedModel
+from runtime.engine.api import EngineAPI, LoadedModel, RequestHandle
 from runtime.engine.build import build_engine
-from runtime.engine.engine import Engine, RequestHandle
+from runtime.engine.engine import Engine
+from runtime.engine.isolated import IsolatedEngine
 from runtime.errors import ImageError, OutriderError, SettingsError
 from runtime.events import (
     ChatMessage,
@@ -104,6 +109,12 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads (one per physical core)")
     p.add_argument("--gpu-layers", type=int, default=None,
                    help="layers on the GPU (default: as many as the memory planner finds fit)")
+    p.add_argument("--worker", action="append", default=[], metavar="HOST:PORT",
+                   help="another machine's `outrider worker` to hold part of the model "
+                        "(repeatable; the layers split by free memory; docs/distributed.md)")
+    p.add_argument("--tensor-split", default=None, metavar="A,B,...",
+                   help="each worker's (then each GPU's) share of the offloaded layers, "
+                        "e.g. 1,1 (default: by free memory)")
     p.add_argument("--draft", default=None, metavar="DRAFT|ngram",
                    help="speculative decoding: a draft .gguf sharing the vocabulary, or 'ngram' "
                         "(prompt lookup)")
@@ -127,7 +138,31 @@ def _settings(args: argparse.Namespace) -> LoadSettings:
     return with_projector(LoadSettings(
         model_path=_model_path(args.model), n_ctx=args.ctx, type_k=args.kv_k,
         type_v=args.kv_v, n_threads=args.threads, gpu_layers=args.gpu_layers,
-        draft=_draft(args), mmproj_path=Path(args.mmproj).expanduser() if args.mmproj else None))
+        draft=_draft(args), mmproj_path=Path(args.mmproj).expanduser() if args.mmproj else None,
+        workers=tuple(args.worker), tensor_split=tensor_split_arg(args.tensor_split)))
+
+
+def tensor_split_arg(text: str | None) -> tuple[float, ...] | None:
+    """--tensor-split "3,1" → (3.0, 1.0); a one-line SettingsError for anything else.
+
+        >>> tensor_split_arg("1, 1")
+        (1.0, 1.0)
+    """
+    if text is None:
+        return None
+    try:
+        return tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise SettingsError(f"--tensor-split takes shares like 3,1, not {text!r}") from None
+
+
+def _engine(args: argparse.Namespace, *, profile: bool = False) -> EngineAPI:
+    """The engine for this command: in a child process when workers hold part of the model
+    (llama.cpp's RPC client aborts its process when a worker disappears; in a child that is
+    a one-line error here, naming the worker), else in this process."""
+    if args.worker and not profile:
+        return IsolatedEngine(build_engine, name=Path(args.model).stem)
+    return build_engine(profile=profile)
 
 
 def _images(paths: list[str]) -> tuple[bytes, ...]:
@@ -167,7 +202,7 @@ def _sampling(args: argparse.Namespace) -> SamplingParams:
     return SamplingParams(temperature=args.temp, max_tokens=args.max_tokens, seed=args.seed)
 
 
-def _load(engine: Engine, args: argparse.Namespace, err: TextIO, *, raw: bool = False) -> None:
+def _load(engine: EngineAPI, args: argparse.Namespace, err: TextIO, *, raw: bool = False) -> None:
     info = engine.load(_settings(args))
     draft = f", draft {info.draft}" if info.draft else ""
     print(f"{info.name}: {info.architecture}, {info.quant}, context {info.n_ctx}{draft}",
@@ -247,7 +282,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.image and args.raw:
         raise SettingsError("--image needs the chat template (it places the image): drop --raw")
     images = _images(args.image)  # a bad image is said before the model loads
-    engine = build_engine(profile=args.profile)
+    engine = _engine(args, profile=args.profile)
     try:
         _load(engine, args, err, raw=args.raw)
         if args.raw:
@@ -257,7 +292,7 @@ def _run(args: argparse.Namespace) -> int:
             messages.append(ChatMessage("user", args.prompt, images=images))
             request = GenerationRequest(messages=tuple(messages), sampling=_sampling(args))
         _stream(engine.submit(request), out, err)
-        profile = engine.step_profile()
+        profile = engine.step_profile() if isinstance(engine, Engine) else None
         if profile is not None:
             print(profile.line(), file=err)
         return 0
@@ -267,7 +302,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _chat(args: argparse.Namespace, lines: Iterable[str] | None = None) -> int:
     out, err = sys.stdout, sys.stderr
-    engine = build_engine()
+    engine = _engine(args)
     system = [ChatMessage("system", args.system)] if args.system else []
     history: list[ChatMessage] = []
     try:

@@ -7,6 +7,7 @@
     outrider serve --saved-kv-gib 16                 # keep more idle chats' KV caches on disk
     outrider serve --max-models 2 --ttl 600          # models on demand: 2 at once, 10 min idle
     outrider serve --ollama-port 11434               # also where Ollama's clients look
+    outrider serve model.gguf --worker 10.0.0.2:50052  # part of the model on another machine
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from runtime.settings.load import DraftSettings, LoadSettings
 from runtime.settings.user import MAX_SAVED_KV_GIB
 
 # Load flags that only mean something with a MODEL given at start.
-_MODEL_FLAGS = ("ctx", "kv_k", "kv_v", "gpu_layers", "flash_attn", "threads", "draft", "draft_k")
+_MODEL_FLAGS = ("ctx", "kv_k", "kv_v", "gpu_layers", "flash_attn", "threads", "draft", "draft_k",
+                "worker")
 
 
 def register(subparsers: Any) -> None:
@@ -47,6 +49,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--threads", type=int, help="CPU threads")
     parser.add_argument("--draft", help="draft model file, or 'ngram' for prompt lookup")
     parser.add_argument("--draft-k", type=int, help="draft length (default adaptive)")
+    parser.add_argument("--worker", action="append", metavar="HOST:PORT",
+                        help="another machine's `outrider worker` holding part of MODEL "
+                             "(repeatable; docs/distributed.md)")
     parser.add_argument("--models-dir", type=Path,
                         help="the library /api/load may load from (default: the user's)")
     parser.add_argument("--allow-any-path", action="store_true",
@@ -107,7 +112,8 @@ def load_settings_from_args(args: argparse.Namespace) -> LoadSettings | None:
     elif args.draft_k is not None:
         raise SettingsError("--draft-k needs --draft")
     values: dict[str, Any] = {"model_path": path, "n_parallel": args.parallel,
-                              "gpu_layers": gpu_layers, "draft": draft}
+                              "gpu_layers": gpu_layers, "draft": draft,
+                              "workers": tuple(args.worker or ())}
     for flag, field in (("ctx", "n_ctx"), ("kv_k", "type_k"), ("kv_v", "type_v"),
                         ("flash_attn", "flash_attn"), ("threads", "n_threads")):
         if getattr(args, flag) is not None:

@@ -16,6 +16,9 @@ Every engine gets:
   llama.cpp was built with, must not put layers on it;
 - a check of the tensor split and main GPU against the GPUs llama.cpp can use here (none on
   a CPU build), on every load: llama.cpp would quietly drop shares of GPUs it lacks;
+- the workers the settings name (`outrider worker` on other machines) asked what they offer
+  before anything is loaded (`runtime.planner.workers`): their devices join the plan, first
+  in llama.cpp's order, and a worker that cannot serve is a one-line `WorkerError`;
 - the load probe (`runtime.engine.probe`): a file not yet known to be good is first loaded
   in a child process, so a llama.cpp abort (GGML_ASSERT) ends the child, not the engine.
 
@@ -31,9 +34,10 @@ from runtime.engine.engine import Engine
 from runtime.engine.kv_store import KvStoreOptions
 from runtime.engine.probe import LoadProbe
 from runtime.llama.binding import supports_gpu_offload
-from runtime.planner.devices import Device, list_devices
+from runtime.planner.devices import Device, cpu_device, list_devices
 from runtime.planner.gpu_layers import Offload, planned_offload
 from runtime.planner.plan import check_gpu_split
+from runtime.planner.workers import probe_workers
 from runtime.settings.load import LoadSettings
 from runtime.speculative.speculation import Speculation
 
@@ -55,11 +59,16 @@ def auto_gpu_layers(settings: LoadSettings) -> Offload | int | None:
     one-line `SettingsError`, before anything is loaded."""
     gpu_build = supports_gpu_offload()
     devices: list[Device] | None = None
+    if settings.workers:  # asked first: a worker that cannot serve is a WorkerError now
+        local = list_devices() if gpu_build else [cpu_device()]
+        devices = [d for info in probe_workers(settings.workers) for d in info.devices] + local
     if settings.tensor_split is not None or settings.main_gpu is not None:
-        devices = list_devices() if gpu_build else []
-        check_gpu_split(settings, [d for d in devices if d.is_gpu], gpu_build=gpu_build)
+        if devices is None:
+            devices = list_devices() if gpu_build else []
+        check_gpu_split(settings, [d for d in devices if d.is_gpu],
+                        gpu_build=gpu_build or bool(settings.workers))
     if settings.gpu_layers is not None and settings.cpu_moe != "auto":
         return settings.gpu_layers
-    if not gpu_build:
+    if not gpu_build and not settings.workers:
         return 0
     return planned_offload(settings, devices or None)

@@ -467,7 +467,7 @@ class Engine:
             if self._plan_gpu_layers is not None:
                 plan = self._plan_gpu_layers(settings)
             else:
-                plan = None if supports_gpu_offload() else 0  # CPU build: nothing to decide
+                plan = None if supports_gpu_offload() or settings.workers else 0  # CPU build: nothing to decide
             offload = plan if isinstance(plan, Offload) else Offload(plan)
             params = to_llama_params(settings, offload.gpu_layers, plan_cpu_moe=offload.cpu_moe)
             result = load_model(settings, params, on_progress, self._speculation, self._probe)

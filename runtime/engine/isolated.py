@@ -173,6 +173,7 @@ class IsolatedEngine:
         self.start()
         link = self._live()
         link.model_name = settings.model_path.stem
+        link.workers = settings.workers
         try:
             info: LoadedModel = link.call("load", settings, on_progress is not None,
                                           on_progress=on_progress)

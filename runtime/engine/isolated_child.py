@@ -211,6 +211,9 @@ class _Child:
 def child_main(conn: Connection, factory: Callable[[], EngineAPI], parent_pid: int) -> None:
     """The child process: build and start the engine, answer call 0, then serve."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A llama.cpp abort here (a worker gone: its RPC client aborts) is reported by the parent;
+    # ggml's own backtrace would first try to attach gdb, seconds the reply waits for.
+    os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     os.set_inheritable(conn.fileno(), False)  # spawn passed it inheritable: no grandchild gets it
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True,
                      name="outrider-parent-watch").start()

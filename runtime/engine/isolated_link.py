@@ -35,11 +35,21 @@ from typing import Any
 
 from runtime.engine.handle import RequestHandle
 from runtime.engine.isolated_child import rebuilt_error, unpacked
-from runtime.errors import EngineCrashed, NoModelLoaded, OutriderError, SettingsError, shown
+from runtime.errors import (
+    EngineCrashed,
+    NoModelLoaded,
+    OutriderError,
+    SettingsError,
+    WorkerError,
+    WorkerLost,
+    shown,
+)
 from runtime.events import ErrorEvent, Event, Finished, GenerationRequest
+from runtime.planner.workers import probe_worker
 
 _WATCH_S = 0.5  # how often a waiting caller checks that the reader still runs
 REAP_S = 2.0  # after its pipe ended: how long the child may take to exit before it is killed
+LOST_WORKER_TIMEOUT_S = 1.0  # after a crash, per worker: does it still answer?
 
 
 class IsolatedHandle(RequestHandle):
@@ -73,6 +83,8 @@ class ChildLink:
         self.conn = conn
         self.name = name
         self.model_name: str | None = None  # the model it holds, for the crash message
+        self.workers: tuple[str, ...] = ()  # the workers holding part of it (a crash asks them)
+        self.lost_worker: str | None = None
         self.lock = threading.Lock()  # pending, handles, dead
         self.send_lock = threading.Lock()
         self.ids = itertools.count(1)
@@ -87,6 +99,8 @@ class ChildLink:
                                         name=f"outrider-{name}-watcher")
 
     def dead_error(self) -> OutriderError:
+        if self.crashed and self.lost_worker is not None:
+            return WorkerLost(self.dead or "a worker stopped answering", self.lost_worker)
         if self.crashed:
             return EngineCrashed(self.dead or "the engine process stopped")
         return NoModelLoaded(self.dead or "the engine stopped")
@@ -214,18 +228,41 @@ class ChildLink:
         if self.process.exitcode is None:  # its pipe ended but it lives on: end it
             self.process.kill()
             self.process.join(REAP_S)
+        crashed = not self.stopping
+        lost = lost_worker(self.workers) if crashed and self.workers else None
         with self.lock:
-            self.crashed = not self.stopping
-            self.dead = (crash_message(self.model_name or self.name, self.process.exitcode)
-                         if self.crashed else "the engine stopped")
+            self.crashed = crashed
+            self.lost_worker = lost[0] if lost else None
+            if lost:
+                self.dead = (f"worker {lost[0]} stopped answering ({lost[1]}), and the model "
+                             f"{shown(self.model_name or self.name)} was unloaded with it: "
+                             "start the worker again, or load the model without it")
+            else:
+                self.dead = (crash_message(self.model_name or self.name, self.process.exitcode)
+                             if crashed else "the engine stopped")
             pending, self.pending = list(self.pending.values()), {}
             handles, self.handles = list(self.handles.values()), {}
-        kind = "EngineCrashed" if self.crashed else "NoModelLoaded"
+        kind = ("WorkerLost" if lost else "EngineCrashed") if crashed else "NoModelLoaded"
         for answers in pending:
             answers.put(("err", self.dead_error()))
         for handle in handles:
             handle._deliver([ErrorEvent(handle.id, kind, self.dead)])
         self.conn.close()
+
+
+def lost_worker(workers: tuple[str, ...]) -> tuple[str, str] | None:
+    """The first of `workers` that no longer answers, and why, asked after an engine process
+    holding part of a model on them died (llama.cpp's RPC client aborts its process when a
+    worker's connection breaks). None: every worker answers, the crash was something else."""
+    for endpoint in workers:
+        try:
+            probe_worker(endpoint, timeout_s=LOST_WORKER_TIMEOUT_S)
+        except WorkerError as exc:
+            text = str(exc)
+            if "cannot be reached (" in text:  # "... (connection refused): start ..."
+                return endpoint, text.split("(", 1)[1].split(")", 1)[0]
+            return endpoint, f"no answer within {LOST_WORKER_TIMEOUT_S:g} s"
+    return None
 
 
 def crash_message(model: str, exitcode: int | None) -> str:

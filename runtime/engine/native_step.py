@@ -14,20 +14,30 @@ What takes the Python path (`Scheduler._plan`, `_after_decode`), and at what gra
   request and an idle slot), a sequence at the end of its context, too few free cells for
   everyone's next token (eviction, preemption), or a decode llama.cpp refused (the Python
   path then plans again and handles it as it always has);
-- per sequence, inside a native step: a constraint's mask, penalties, logprobs
-  (`runtime.sampling.step_config`), or a verifier other than `SamplingVerifier` (the
-  tests' biased ones) — their rows are read from the same decode and sampled in Python.
+- per sequence, inside a native step: penalties, logprobs (`runtime.sampling.step_config`),
+  a speculative round under a constraint (each row's mask is the grammar's state after the
+  drafts before it: `SamplingVerifier` steps through them), or a verifier other than
+  `SamplingVerifier` (the tests' biased ones) — their rows are read from the same decode
+  and sampled or verified in Python.
 
 Everything else — greedy and sampled, with and without a prompt-lookup or draft-model
-round — is sampled natively. The uniforms come from each sequence's own generator (its
-BitGenerator capsule) in the order the Python path draws them, so both paths give the same
-tokens for the same seed (tests/engine/test_native_step.py); `OUTRIDER_NATIVE_STEP=0`
-switches the native step off.
+round, and a constrained sequence's plain tokens — is sampled natively. The uniforms come
+from each sequence's own generator (its BitGenerator capsule) in the order the Python path
+draws them, so both paths give the same tokens for the same seed
+(tests/engine/test_native_step.py); `OUTRIDER_NATIVE_STEP=0` switches the native step off.
 
-Runs (`Stepper.run`): when no sequence drafts, has stop strings or needs the Python
-sampler, one call decodes up to RUN_STEPS steps (RUN_SECONDS at most), each feeding back the
-tokens just sampled and ending a sequence at an end-of-generation token and at its last
-allowed one (max_tokens, the context's end); Python then takes the tokens in order, as
+Under a constraint, Python computes the mask of a sequence's next token before the step
+(`Constraint.mask`) and hands it over as `TokenMask.step_form`, the short list of allowed
+or refused ids; C masks the row with it, then makes the same checks, transform and draw as
+for a plain row (native/step.h, `or_sample_masked`: the order of `Sampler.prepared`), and
+Python moves the constraint on with the token afterwards, as always (`Scheduler._accept`).
+Each mask depends on the token before it, so a constrained sequence takes one token per
+step call, never a run (tests/engine/test_native_step_constrained.py).
+
+Runs (`Stepper.run`): when no sequence drafts, has stop strings, a constraint or needs the
+Python sampler, one call decodes up to RUN_STEPS steps (RUN_SECONDS at most), each feeding
+back the tokens just sampled and ending a sequence at an end-of-generation token and at its
+last allowed one (max_tokens, the context's end); Python then takes the tokens in order, as
 after single steps. That is what takes Python off the per-token path of a fast sequence:
 on the tiny fixture a token decodes in ~0.25 ms, and the Python after a decode runs with
 caches the decode just emptied — 15-30 µs, several times its warm cost, 5-10% of the step;
@@ -68,7 +78,8 @@ class _Plan(NamedTuple):
     sample: StepConfig | None  # None: its rows are sampled in Python
     verify: StepConfig | None  # None: its rounds are verified in Python
     with_q: bool  # a leviathan round: the draft's q rows go in
-    runs: bool  # plain decode steps may run back to back (no drafter, no stop strings)
+    runs: bool  # plain decode steps may run back to back (no drafter, stop strings, mask)
+    masked: bool  # constrained: each native token goes in with the constraint's mask
 
 
 class NativeStep:
@@ -93,15 +104,29 @@ class NativeStep:
 
     def _plan_of(self, seq: Any) -> _Plan:
         if seq.logprobs is not None:
-            plan = _Plan(None, None, False, False)
+            plan = _Plan(None, None, False, False, False)
         else:
             rule = self._rule
-            cfg = step_config(seq.sampler, rule or "leviathan")
-            verify = cfg if rule is not None else None
-            runs = cfg is not None and seq.drafter is None and not seq.stops.stops
-            plan = _Plan(cfg, verify, verify is not None and verify[0] == 1, runs)
+            cfg = step_config(seq.sampler, rule or "leviathan", masks=True)
+            masked = cfg is not None and seq.sampler.constraint is not None
+            verify = cfg if rule is not None and not masked else None
+            runs = cfg is not None and not masked and seq.drafter is None and not seq.stops.stops
+            plan = _Plan(cfg, verify, verify is not None and verify[0] == 1, runs, masked)
         seq.native = plan
         return plan
+
+    @staticmethod
+    def _mask_of(sched: Scheduler, seq: Any) -> Any:
+        """The step form of `seq`'s mask for its next token (None: free text there, as a
+        lazy grammar's before its trigger). A mask that cannot be computed (the grammar
+        failed, or allows nothing) fails the request, as on the Python path, before any of
+        its samples goes into the batch."""
+        try:
+            mask = seq.sampler.constraint.mask()
+        except Exception as exc:  # this request's failure alone
+            sched._failed(seq, exc)
+            return None
+        return None if mask is None else mask.step_form
 
     def step(self, sched: Scheduler, t0: float) -> StepReport | None:
         """One step, or None where it must take the Python path (see the module doc)."""
@@ -119,20 +144,22 @@ class NativeStep:
         if sched.waiting and not all(kv.busy):
             return None  # an admission may happen this step
         decoders = sorted(running, key=_LAST_STEP) if len(running) > 1 else list(running)
-        for seq in decoders:
-            plan = seq.native if seq.native is not None else self._plan_of(seq)
-            if not plan.runs:
-                break
-        else:
+        seq_plans = [seq.native if seq.native is not None else self._plan_of(seq)
+                     for seq in decoders]
+        if all(plan.runs for plan in seq_plans):
             return self._steps_back_to_back(sched, decoders, t0)
+        # Every mask first: one that fails ends its request before any of its samples is
+        # in the batch (no cells decoded for a request that is gone).
+        masks = [self._mask_of(sched, seq) if plan.masked and not seq.finished else None
+                 for seq, plan in zip(decoders, seq_plans, strict=True)]
 
         # The batch, as Scheduler._plan fills it: one token each, then the drafts.
         left = sched.budget
         spare = kv.free - len(decoders)
-        entries: list[tuple[int, int, Any, Any, Any]] = []
+        entries: list[tuple[Any, ...]] = []
         plans: list[_Entry] = []
         n_rows = 0
-        for seq in decoders:
+        for seq, plan, mask in zip(decoders, seq_plans, masks, strict=True):
             if left <= 0:
                 break
             if seq.finished:  # another sample of its request failed just now
@@ -145,7 +172,6 @@ class NativeStep:
                     sched._failed(seq, exc)
                 if seq.finished:
                     continue
-            plan = seq.native if seq.native is not None else self._plan_of(seq)
             last = seq.tokens[-1]
             if proposal is not None and proposal.tokens:
                 fed = (last, *proposal.tokens)
@@ -156,7 +182,7 @@ class NativeStep:
                 left -= len(fed)
                 spare -= len(fed) - 1
             else:
-                entries.append((seq.slot, seq.n_computed, last, plan.sample, None))
+                entries.append((seq.slot, seq.n_computed, last, plan.sample, None, mask))
                 plans.append(_Entry(seq, [last], n_rows))
                 n_rows += 1
                 left -= 1
@@ -273,7 +299,7 @@ class NativeStep:
                 kv.append(seq.slot, entry.tokens)
                 seq.n_computed += 1
                 row = None
-                if res is None:  # sampled in Python (a mask, penalties, logprobs)
+                if res is None:  # sampled in Python (penalties, logprobs)
                     if logits is None:
                         logits = sched.ctx.logits(n_rows)
                     row = logits[entry.row]

@@ -163,6 +163,8 @@ def crash_reason(stderr: str, returncode: int) -> str:
 def _probe_params(params: LlamaParams) -> dict[str, Any]:
     small = dataclasses.replace(params, n_ctx=min(params.n_ctx, PROBE_CTX) or PROBE_CTX,
                                 notes=())
+    if params.workers:  # the file is probed here: sending its weights to workers twice tells
+        small = dataclasses.replace(small, workers=(), n_gpu_layers=0)  # nothing more
     return dataclasses.asdict(small)
 
 

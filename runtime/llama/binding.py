@@ -39,6 +39,7 @@ from llama_cpp._ctypes_extensions import load_shared_library
 from runtime.errors import LoadError, SettingsError, UnsupportedArchitecture, shown
 from runtime.llama.params import CPU_MOE_ALL, LlamaParams, expert_override_patterns
 from runtime.llama.reason import first_reason
+from runtime.llama.rpc import has_local_gpu, model_devices
 
 logger = logging.getLogger("outrider.llama")
 
@@ -173,8 +174,12 @@ class _PlacementArrays:
                                     f"llama.cpp handles at most {n_max}")
             # llama.cpp reads llama_max_devices() entries, so the rest are zeros.
             self.split = (ctypes.c_float * n_max)(*params.tensor_split)
+        self.devices = model_devices(params.workers) if params.workers else None
 
     def apply(self, mp: L.llama_model_params) -> None:
+        if self.devices is not None:
+            mp.devices = ctypes.cast(  # type: ignore[assignment]
+                self.devices, ctypes.c_void_p).value
         # The binding's type hints call both fields arrays; its _fields_ (what ctypes obeys)
         # make them a void pointer and a float pointer.
         if self.overrides is not None:
@@ -637,7 +642,10 @@ class LlamaContext:
 
 
 def supports_gpu_offload() -> bool:
-    return bool(L.llama_supports_gpu_offload())
+    """A GPU backend here (CUDA, Metal ...). Not llama.cpp's `llama_supports_gpu_offload`,
+    which also says yes for a CPU build with the RPC backend (every build of ours): layers
+    go to workers only when the load names them."""
+    return has_local_gpu()
 
 
 def system_info() -> str:

@@ -91,6 +91,9 @@ class LlamaParams:
     main_gpu: int = 0
     tensor_split: tuple[float, ...] = ()  # empty: by free memory
     n_cpu_moe: int = 0  # blocks whose experts stay in RAM, CPU_MOE_ALL for all
+    # llama_model_params.devices: these workers' devices first, then this machine's GPUs
+    # (`runtime.llama.rpc.model_devices`); empty: llama.cpp's default list
+    workers: tuple[str, ...] = ()
 
 
 def default_threads(cpu_count: int | None = None) -> int:
@@ -219,4 +222,5 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
         main_gpu=settings.main_gpu or 0,
         tensor_split=tuple(float(x) for x in settings.tensor_split or ()),
         n_cpu_moe=n_cpu_moe,
+        workers=settings.workers,
     )

@@ -8,6 +8,8 @@ works with CPU, CUDA and Metal wheels.
     stepper = Stepper.for_context(ctx)      # None: the extension is missing, or switched off
     rc, results = stepper.step([(slot, pos, token, cfg, None)])
     token = results[0]                      # greedy when cfg[0] == 0
+    rc, results = stepper.step([(slot, pos, token, cfg, None, mask.step_form)])
+    token = results[0]                      # one the grammar allows (a TokenMask)
 
 `OUTRIDER_NATIVE_STEP=0` in the environment switches the native step off (checked at each
 model load): the engine then runs the pure-Python reference path, which CI runs too.
@@ -26,14 +28,16 @@ import llama_cpp.llama_cpp as L
 
 from runtime.llama.binding import LlamaContext
 
-STEP_ABI = 1  # must equal the STEP_ABI native/stepper.c registers
+STEP_ABI = 2  # must equal the STEP_ABI native/stepper.c registers
 ENV_SWITCH = "OUTRIDER_NATIVE_STEP"
 
 # The entry and result shapes of `step` (native/stepper.c says it in full):
-#   entry  (slot, pos, fed, cfg, q): fed a token, or (t, x1..xk) to verify; cfg None
-#          (the caller samples) or (mode, temperature, top_k, top_p, min_p, rng capsule)
+#   entry  (slot, pos, fed, cfg, q[, mask]): fed a token, or (t, x1..xk) to verify; cfg
+#          None (the caller samples) or (mode, temperature, top_k, top_p, min_p, rng
+#          capsule); mask None or, for one fed token, a constraint's (allows, ids,
+#          n_vocab) (runtime.sampling.token_mask.TokenMask.step_form)
 #   result None, a token, (accepted, tokens) or a negative error code
-StepEntry = tuple[int, int, Any, Any, Any]
+StepEntry = tuple[Any, ...]
 
 # Negative results: which kernel check refused the rows (sampling.h, verify.h, step.h).
 ERR_NAN = -1
@@ -41,6 +45,7 @@ ERR_ALL_INF = -2
 ERR_NOMEM = -3
 ERR_ZERO_Q = -10
 ERR_INVALID = -20
+ERR_CONSTRAINT = -30
 
 
 class NativeStepper(Protocol):

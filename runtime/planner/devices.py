@@ -28,14 +28,14 @@ from typing import Any, Literal
 
 import psutil
 
-DeviceKind = Literal["cpu", "cuda", "metal"]
+DeviceKind = Literal["cpu", "cuda", "metal", "rpc"]  # rpc: a worker's (planner/workers.py)
 
 
 @dataclass(frozen=True)
 class Device:
     """One place a model's layers can live. Bytes are as of when it was listed."""
 
-    id: str  # "cpu", "cuda:0", "metal:0"
+    id: str  # "cpu", "cuda:0", "metal:0", "rpc:host:port"
     name: str
     kind: DeviceKind
     total_bytes: int

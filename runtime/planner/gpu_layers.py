@@ -39,6 +39,7 @@ from runtime.gguf.info import ModelInfo, read_model_info
 from runtime.gguf.projector import read_projector_info
 from runtime.planner.devices import Device
 from runtime.planner.plan import MemoryPlan, plan_memory
+from runtime.planner.workers import devices_with_workers
 from runtime.settings.load import LoadSettings
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,8 @@ def plan_load(settings: LoadSettings, devices: list[Device] | None = None) -> Me
 
 def _plan(settings: LoadSettings,
           devices: list[Device] | None) -> tuple[ModelInfo, MemoryPlan] | None:
+    if devices is None and settings.workers:
+        devices = devices_with_workers(settings.workers)  # WorkerError: before any load
     try:
         info = read_model_info(settings.model_path)
         draft = None

@@ -90,6 +90,20 @@ class DeviceUsage:
 
 
 @dataclass(frozen=True)
+class LinkCost:
+    """What crosses the network to one worker's device per generated token (one sequence).
+
+    A split by layers hands the hidden state (n_embd f32) to the next device at every
+    boundary, and the device holding the output layer sends the logits (n_vocab f32) back:
+    SmolLM2-135M (n_embd 576, n_vocab 49,152) split CPU → worker A → worker B sends 2.3 KB to A,
+    2.3 KB back, 2.3 KB to B and 196.6 KB of logits back from B. A boundary between two
+    workers goes through this machine (llama.cpp copies between RPC servers via the host)."""
+
+    device: str  # the remote device's id ("rpc:host:port")
+    bytes_per_token: int
+
+
+@dataclass(frozen=True)
 class MemoryPlan:
     verdict: Verdict
     gpu_layers: int  # of n_layers (blocks + the output layer), as llama.cpp counts them
@@ -108,6 +122,7 @@ class MemoryPlan:
     swa_cells: int = 0  # cells each of them keeps (window·n_seq + ubatch, padded to 256)
     n_blocks: int = 0  # transformer blocks (n_layers counts the output layer too)
     image_tokens: int = 0  # context tokens one image takes (0: no projector)
+    links: tuple[LinkCost, ...] = ()  # network traffic per token to each worker's device
 
     @property
     def weights(self) -> int:
@@ -132,7 +147,14 @@ class MemoryPlan:
     def describe(self) -> str:
         """One line for people: verdict, layers, totals, the largest context that fits."""
         head = _VERDICT_TEXT[self.verdict]
-        if self.verdict == "partial":
+        workers = sum(1 for d in self.devices if d.kind == "rpc")
+        if workers and self.verdict != "wont_fit":
+            here = self.n_layers - self.gpu_layers
+            head = (f"Split: {here} of {self.n_layers} layers here, {self.gpu_layers} on "
+                    f"{workers} worker" + ("s" if workers > 1 else "")
+                    + (" and this machine's GPUs" if any(d.kind in ("cuda", "metal")
+                                                         for d in self.devices) else ""))
+        elif self.verdict == "partial":
             head += f" ({self.gpu_layers} of {self.n_layers} layers on GPU)"
         if self.cpu_moe_layers:
             head += f", experts of {self.cpu_moe_layers} layers in RAM"
@@ -148,7 +170,7 @@ class MemoryPlan:
             device["fits"] = usage.fits
         out.update(weights=self.weights, kv=self.kv, compute=self.compute,
                    overhead=self.overhead, total=self.total,
-                   notes=list(self.notes), summary=self.describe())
+                   notes=list(self.notes), links=list(out["links"]), summary=self.describe())
         return out
 
 
@@ -273,6 +295,8 @@ def plan_memory(info: ModelInfo, settings: LoadSettings, devices: list[Device] |
     notes: list[str] = []
     if settings.gpu_layers is None:
         candidates = list(range(n_layers, -1, -1)) if gpus else [0]
+        if gpus and all(g.kind == "rpc" for g in gpus):
+            candidates = _by_free_memory(n_layers, cpu, gpus)
         chosen = next((n for n in candidates
                        if _fits(_usage(info, settings, n, cpu, gpus, draft, swa_full, projector))), None)
         recommended = chosen or 0
@@ -315,7 +339,50 @@ def plan_memory(info: ModelInfo, settings: LoadSettings, devices: list[Device] |
         flash_attn=flash_attn_on(settings), n_ubatch=_ubatch(settings),
         devices=tuple(usage), notes=tuple(notes), cpu_moe_layers=n_cpu_moe,
         image_tokens=projector.image_tokens if projector is not None else 0,
+        links=_links(info, _layer_devices(info, chosen, gpus, _gpu_shares(settings, gpus)), gpus),
         **_swa_shape(info, settings, swa_full))
+
+
+def _by_free_memory(n_layers: int, cpu: Device, workers: list[Device]) -> list[int]:
+    """GPU-layer counts to try, best first, when the only "GPUs" are workers' devices (no GPU
+    here): this machine keeps the share of the layers its free RAM is of all free memory, so
+    every machine holds layers in proportion to what it has free — the count nearest that
+    share first. (With a GPU here, its layers stay on the GPU-first rule.)
+
+        >>> _by_free_memory(31, cpu_with_8_gib_free, [worker_with_8, worker_with_8])[:3]
+        [21, 20, 22]
+    """
+    remote = sum(max(w.free_bytes, 0) for w in workers)
+    share = remote / max(remote + max(cpu.free_bytes, 0), 1)
+    target = round(n_layers * share)
+    return sorted(range(n_layers, -1, -1), key=lambda n: (abs(n - target), n))
+
+
+def _links(info: ModelInfo, placement: list[int], gpus: list[Device]) -> tuple[LinkCost, ...]:
+    """Bytes per generated token between this machine and each worker's device (`LinkCost`):
+    the hidden state at each change of device along the layers (input embeddings on the CPU,
+    index -1), and the logits from the output layer's device back to the host."""
+    if not any(g.kind == "rpc" for g in gpus):
+        return ()
+    hidden, logits = 4 * info.n_embd, 4 * info.n_vocab
+    sent = [0] * len(gpus)
+
+    def cross(dev: int, size: int) -> None:
+        if dev >= 0 and gpus[dev].kind == "rpc":
+            sent[dev] += size
+
+    previous = -1
+    for dev in placement[:-1]:  # the blocks, in order; the output layer is last
+        if dev != previous:
+            cross(previous, hidden)
+            cross(dev, hidden)
+        previous = dev
+    out_dev = placement[-1]
+    if out_dev != previous:
+        cross(previous, hidden)
+        cross(out_dev, hidden)
+    cross(out_dev, logits)
+    return tuple(LinkCost(g.id, n) for g, n in zip(gpus, sent, strict=True) if g.kind == "rpc")
 
 
 def image_note(projector: ProjectorInfo, n_ctx: int) -> str:

@@ -60,6 +60,7 @@ from runtime.sampling.constraint import Constraint
 # back to the whole row when fewer than k tokens are that close). Exact either way.
 _NEAR = 12.0
 INVALID_LOGITS = "the model produced invalid numbers (NaN)"
+NOTHING_ALLOWED = "no token the grammar allows here can be sampled"
 
 
 def _check_top(value: float, constrained: bool = False) -> None:
@@ -68,7 +69,7 @@ def _check_top(value: float, constrained: bool = False) -> None:
     if math.isnan(value) or value == math.inf:
         raise InvalidLogits(INVALID_LOGITS)
     if constrained and value == -math.inf:
-        raise ConstraintError("no token the grammar allows here can be sampled")
+        raise ConstraintError(NOTHING_ALLOWED)
 
 
 class Sampler:

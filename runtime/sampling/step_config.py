@@ -4,8 +4,10 @@ where the Python sampler must run instead.
 The native step samples exactly what `Sampler.sample` and the speculative verifier do —
 the same C transform and inverse-CDF draw, the uniforms drawn from the sequence's own
 numpy generator through its BitGenerator capsule, so a seeded reply is the same on both
-paths — but only for the plain case. A constraint's mask and penalties from the history
-stay in Python (`Sampler.prepared`), so such a sampler gets None:
+paths. Penalties from the history stay in Python (`Sampler.penalise`), so such a sampler
+gets None. So does a constrained one, unless the caller hands the step each row's mask
+(`masks=True`: runtime.engine.native_step gives `TokenMask.step_form` with every
+constrained token; a draft model's native round has no way to, so it drafts in Python):
 
     >>> step_config(Sampler(SamplingParams(temperature=0.0), seed=None), "greedy")
     (0, 0.0, 0, 1.0, 0.0, None)
@@ -20,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.errors import InvalidLogits, SettingsError
-from runtime.sampling.sampler import INVALID_LOGITS, Sampler
+from runtime.errors import ConstraintError, InvalidLogits, SettingsError
+from runtime.sampling.sampler import INVALID_LOGITS, NOTHING_ALLOWED, Sampler
 from runtime.sampling.verify import VerifyMode
 
 # The step's modes (native/step.h): how a round is verified, and whether anything is drawn.
@@ -30,12 +32,14 @@ _MODES: dict[str, int] = {"greedy": 0, "leviathan": 1, "greedy_match": 2}
 StepConfig = tuple[Any, ...]
 
 
-def step_config(sampler: Sampler, rule: VerifyMode) -> StepConfig | None:
+def step_config(sampler: Sampler, rule: VerifyMode, *, masks: bool = False) -> StepConfig | None:
     """(mode, temperature, top_k, top_p, min_p, rng capsule, rng) for `sampler`, whose
     rounds the verifier judges by `rule` (greedy at temperature 0 whatever the rule); None
-    when the sampler needs the Python path (a constraint, penalties). The capsule points into
-    the generator without holding it: the generator rides along, so the tuple keeps it."""
-    if sampler.constraint is not None or sampler.penalised:
+    when the sampler needs the Python path (penalties; a constraint unless `masks`: the
+    caller then gives the step the constraint's mask for each token, and the same settings
+    apply to what the mask leaves). The capsule points into the generator without holding
+    it: the generator rides along, so the tuple keeps it."""
+    if (sampler.constraint is not None and not masks) or sampler.penalised:
         return None
     p = sampler.params
     if p.greedy:
@@ -56,4 +60,6 @@ def step_error(code: int) -> Exception:
         return MemoryError("no memory for the sampling buffers")
     if code == -10:
         return ValueError("a draft token has zero probability under its draft distribution q")
+    if code == -30:  # the mask left no finite logit
+        return ConstraintError(NOTHING_ALLOWED)
     return RuntimeError(f"the native step failed (code {code})")

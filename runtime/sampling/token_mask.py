@@ -16,6 +16,14 @@ array cost ~95 µs a token and finding the index ~60 µs, on top of the mask its
     >>> m.ids, m.banned.tolist(), m.allowed_ids()[:4].tolist()
     (None, [2], [0, 1, 3, 4])
 
+The native decode step (native/step.h) takes the same short list, as `step_form`:
+(True, ids, n_vocab) or (False, banned, n_vocab) — built once with the mask, so handing it
+over costs a tuple lookup per token:
+
+    >>> allows, listed, n = m.step_form
+    >>> allows, listed.tolist(), n
+    (False, [2], 32)
+
 Masks repeat (every position inside a JSON string has the same one, every record of a list
 the same structural ones), so a `MaskTable` (one per vocabulary) maps a bitmask's bytes to
 its `TokenMask`: after the first record a mask costs llguidance's fill and a dict lookup.
@@ -39,7 +47,7 @@ class TokenMask:
     bitmask row (int32 words, bit t % 32 of word t // 32 for token t); tokens at or past
     `n_vocab` are never allowed."""
 
-    __slots__ = ("_all_ids", "_bool", "banned", "bits", "count", "ids", "n_vocab")
+    __slots__ = ("_all_ids", "_bool", "banned", "bits", "count", "ids", "n_vocab", "step_form")
 
     def __init__(self, bits: np.ndarray, n_vocab: int) -> None:
         self.bits = np.array(bits, dtype=np.int32).reshape(-1)
@@ -52,8 +60,12 @@ class TokenMask:
         self.banned: np.ndarray | None = None
         if 2 * self.count <= n_vocab:
             self.ids = _frozen(np.flatnonzero(allowed))
+            listed = self.ids
         else:
             self.banned = _frozen(np.flatnonzero(~allowed))
+            listed = self.banned
+        # (allows, ascending int64 ids, n_vocab): what the native step masks a row with
+        self.step_form: tuple[bool, np.ndarray, int] = (self.ids is not None, listed, n_vocab)
         self._bool: np.ndarray | None = None
         self._all_ids: np.ndarray | None = self.ids
 

@@ -32,7 +32,7 @@ from runtime.errors import ModelNotFound, OutriderError, SettingsError, shown
 from runtime.gguf.preflight import check_gguf
 from runtime.gguf.verdicts import VerdictStore
 from runtime.library.projectors import with_projector
-from runtime.server.error_responses import response_for_event
+from runtime.server.error_responses import response_for_event, status_for
 from runtime.server.jsonable import to_jsonable
 from runtime.server.metrics import metrics_snapshot, plan_for
 from runtime.server.sse import sse_event, sse_response
@@ -193,6 +193,8 @@ def _load_events(state: ServerState, settings: LoadSettings) -> AsyncIterator[tu
     def run() -> None:
         outcome: tuple[str, Any] = ("error", {"kind": "LoadError", "message": "the load stopped"})
         try:
+            if settings.workers:
+                state.router.release_workers(settings.workers)
             plan = plan_for(settings)
             put("plan", plan)
             model = state.router.load_primary(
@@ -200,7 +202,8 @@ def _load_events(state: ServerState, settings: LoadSettings) -> AsyncIterator[tu
             outcome = ("loaded", {"model": model_json(model), "plan": plan,
                                   "measured": to_jsonable(model.allocated)})
         except OutriderError as exc:
-            outcome = ("error", {"kind": type(exc).__name__, "message": str(exc)})
+            outcome = ("error", {"kind": type(exc).__name__, "message": str(exc),
+                                 "code": status_for(type(exc))[1]})
         except Exception as exc:  # llama.cpp or engine bug: report it, keep serving
             log.exception("loading %s failed", settings.model_path)
             outcome = ("error", {"kind": type(exc).__name__, "message": f"internal error: {exc}"})

@@ -28,6 +28,7 @@ _STATUS: tuple[tuple[type[errors.OutriderError], int, str], ...] = (
     (errors.ModelNotFound, 404, "model_not_found"),
     (errors.ModelFileError, 400, "invalid_model_file"),
     (errors.ContextOverflow, 400, "context_length_exceeded"),
+    (errors.WorkerError, 400, "worker_unavailable"),
     (errors.SettingsError, 400, "invalid_value"),
     (errors.ModelTooLarge, 400, "model_too_large"),
     (errors.ImageError, 400, "invalid_image"),
@@ -35,6 +36,7 @@ _STATUS: tuple[tuple[type[errors.OutriderError], int, str], ...] = (
     (errors.LoadError, 400, "load_failed"),
     (errors.EngineBusy, 409, "engine_busy"),
     (errors.NoModelLoaded, 503, "model_not_loaded"),
+    (errors.WorkerLost, 503, "worker_lost"),
     (errors.EngineCrashed, 503, "engine_crashed"),
     (errors.OutriderError, 400, "invalid_request"),
 )

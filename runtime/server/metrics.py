@@ -1,6 +1,7 @@
 """The metrics snapshot of `/api/metrics`: devices, engine RSS, the engine's rolling rates.
 
-Devices come from `runtime.planner.devices` and the plan from `runtime.planner.gpu_layers`.
+Devices come from `runtime.planner.devices` and the plan from `runtime.planner.gpu_layers`;
+the workers' devices (kind "rpc", `remote`) come first, from the plan.
 The snapshot degrades (the CPU alone, no plan) where listing devices or planning fails,
 because a metrics panel going blank is better than a 500.
 
@@ -41,7 +42,21 @@ def device_snapshot(plan: Any = None) -> list[dict[str, Any]]:
     except Exception:  # NVML or ggml hiccups must not break the metrics stream
         log.exception("listing devices failed")
         devices = [cpu_device()]
-    return [_device_entry(device, plan) for device in devices]
+    return [*_remote_entries(plan), *(_device_entry(device, plan) for device in devices)]
+
+
+def _remote_entries(plan: Any) -> list[dict[str, Any]]:
+    """The workers' devices of the loaded model's plan. A worker serves one client at a time
+    and its client is the engine, so it cannot be asked again while the model is loaded:
+    its memory is as it answered before the load (`"as_of": "load"`)."""
+    entries = plan.get("devices") if isinstance(plan, dict) else None
+    out = []
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("kind") == "rpc":
+            device = Device(str(entry.get("id")), str(entry.get("name")), "rpc",
+                            int(entry.get("total_bytes") or 0), int(entry.get("free_bytes") or 0))
+            out.append({**_device_entry(device, plan), "remote": True, "as_of": "load"})
+    return out
 
 
 def _device_entry(device: Device, plan: Any) -> dict[str, Any]:

@@ -230,6 +230,8 @@ class ModelRouter:
         """Make room, then load `named` in a slot of its own (its waiters wait on
         `slot.loaded`). Blocks this request's thread for the whole load."""
         settings = dataclasses.replace(self._settings_for(named.path), model_path=named.path)
+        if settings.workers:
+            self.release_workers(settings.workers)
         plan = plan_for(settings)
         slot = self._make_room(named, plan, ttl_s)
         try:
@@ -379,6 +381,23 @@ class ModelRouter:
         if found is not None and found.path.resolve() == model.path.resolve():
             return NamedModel(found.name, model.path, found.library, model)
         return NamedModel(model.name, model.path, None, model)
+
+    def release_workers(self, workers: tuple[str, ...]) -> None:
+        """Unload the idle resident models that hold any of `workers`, before a load naming
+        them is planned: a worker serves one client at a time, so while a resident model
+        (say, the one being loaded again with other settings) keeps it, it cannot even be
+        asked what it has free. A model answering a request keeps its workers (the new
+        load then says the worker is busy)."""
+        wanted = set(workers)
+        with self._changed:
+            self._adopt_primary()
+            holding = [s for s in self._slots if s.model is not None and s.leases == 0
+                       and wanted & set(s.model.settings.workers)]
+            for slot in holding:
+                self._drop(slot)
+        for slot in holding:
+            log.info("unloading %s: the new load needs its workers", slot.named.name)
+            self._unload_engine(slot)
 
     def unload(self, asked: str | None = None) -> None:
         """Unload the model `asked` names (None: the primary's); ModelNotFound if it is not

@@ -87,6 +87,10 @@ class LoadSettings:
     main_gpu: int | None = None
     # A vision model's projector ("mmproj" GGUF), loaded beside the model: images in chats.
     mmproj_path: Path | None = None
+    # Other machines lending their devices over llama.cpp's RPC (`outrider worker`), as
+    # "host:port"; the planner splits the layers across them and this machine
+    # (docs/distributed.md). Normalised by `worker_endpoint`.
+    workers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
@@ -118,6 +122,11 @@ class LoadSettings:
                                     "GPU for the whole model, not both")
         if self.main_gpu is not None and self.main_gpu < 0:
             raise SettingsError(f"main GPU must be a GPU index 0 or more, not {self.main_gpu}")
+        endpoints = tuple(worker_endpoint(w) for w in self.workers)
+        if len(set(endpoints)) != len(endpoints):
+            twice = next(e for e in endpoints if endpoints.count(e) > 1)
+            raise SettingsError(f"worker {twice} is named twice")
+        object.__setattr__(self, "workers", endpoints)
         if self.mmproj_path is not None and Path(self.mmproj_path) == Path(self.model_path):
             raise SettingsError("the projector (mmproj) is a file of its own, not the model file")
 
@@ -156,6 +165,10 @@ class LoadSettings:
             data["mmproj_path"] = Path(data["mmproj_path"])
         if isinstance(data.get("tensor_split"), list):
             data["tensor_split"] = tuple(data["tensor_split"])
+        if isinstance(data.get("workers"), list):
+            data["workers"] = tuple(data["workers"])
+        elif "workers" in data and not isinstance(data["workers"], tuple):
+            raise SettingsError("workers must be a list of host:port strings")
         if "draft" in data and isinstance(data["draft"], dict):
             draft = dict(data["draft"])
             dknown = {f.name for f in dataclasses.fields(DraftSettings)}
@@ -178,6 +191,31 @@ class LoadSettings:
         if self.draft.model_path is not None:
             out["draft"]["model_path"] = str(self.draft.model_path)
         return out
+
+
+DEFAULT_WORKER_PORT = 50052  # rpc-server's default
+
+
+def worker_endpoint(text: object) -> str:
+    """A worker's address as llama.cpp's RPC client takes it, "host:port" (the port defaults to
+    50052, the host is lowercased). IPv6 literals are refused: llama.cpp splits at the first
+    colon.
+
+        >>> worker_endpoint(" Box.local ")
+        'box.local:50052'
+        >>> worker_endpoint("10.0.0.2:7000")
+        '10.0.0.2:7000'
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise SettingsError(f"a worker is host:port, e.g. 192.168.1.20:50052, not {text!r}")
+    host, sep, port_text = text.strip().lower().partition(":")
+    if not sep:
+        port_text = str(DEFAULT_WORKER_PORT)
+    if not host or ":" in port_text or any(c.isspace() or c in "/[]@" for c in host):
+        raise SettingsError(f"a worker is host:port, e.g. 192.168.1.20:50052, not {text!r}")
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise SettingsError(f"worker {text.strip()!r}: the port must be a number 1 to 65535")
+    return f"{host}:{int(port_text)}"
 
 
 def _check_tensor_split(split: tuple[float, ...]) -> None:

@@ -1,7 +1,8 @@
 """The native decode step (runtime.engine.native_step) against the Python step it replaces:
 the same tokens for the same requests — greedy and seeded sampling, one sequence and eight,
 with prompt lookup and with a draft model, stop strings, and a batch in which some
-sequences take the Python sampler (logprobs, penalties, a grammar) — and still lossless
+sequences take the Python sampler (logprobs, penalties) and one a grammar's mask (sampled
+in C: tests/engine/test_native_step_constrained.py) — and still lossless
 under speculation. The Python path is forced with OUTRIDER_NATIVE_STEP=0; the rest of the
 engine tests run once with it forced too (Makefile), so both paths pass them all."""
 
@@ -73,7 +74,8 @@ def _cases(draft: Path) -> dict[str, Case]:
         "draft sampled": Case((_req("the cat went to the sea", SAMPLED),), model),
         "draft greedy_match": Case((_req("the cat went to the sea", SAMPLED),),
                                    replace(model, verifier="greedy_match")),
-        # Python samples these three inside a native step; the fourth is the C code's.
+        # Python samples the first two inside a native step; the grammar's row (its mask
+        # handed over) and the fourth are the C code's.
         "mixed batch": Case((_req("the cat went", SAMPLED, logprobs=2),
                              _req("the dog went", replace(SAMPLED, repeat_penalty=1.3)),
                              _req("the owl went", GREEDY,

@@ -229,3 +229,54 @@ def test_a_model_loaded_on_demand_gets_the_settings_the_app_remembers(
     monkeypatch.setattr("runtime.server.serve.SettingsStore", lambda: store)
     assert remembered_settings(model).n_ctx == 1536
     assert remembered_settings(tmp_path / "other.gguf").n_ctx == 4096  # the fit defaults
+
+
+def test_models_sharing_a_worker_take_turns(make_app: Callable[..., FastAPI],
+                                            library: dict[str, Path],
+                                            made: list[FakeEngine]) -> None:
+    """A worker serves one client at a time: loading a model that names a worker an idle
+    resident model holds unloads that model first (else the worker could not even be asked
+    what it has free); a model on other workers stays."""
+    import socket
+    import threading
+
+    from tests.unit.planner.test_workers import rpc_server
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    shared = f"127.0.0.1:{listener.getsockname()[1]}"
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                rpc_server(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+    library["gamma"] = fake_gguf(library["alpha"].parents[1] / "gamma" / "gamma.gguf")
+
+    def make_engine() -> FakeEngine:
+        made.append(FakeEngine())
+        return made[-1]
+
+    def settings_for(path: Path) -> LoadSettings:
+        workers = (shared,) if path.stem in ("alpha", "beta") else ()
+        return LoadSettings(model_path=path, n_ctx=512, workers=workers)
+
+    primary = make_engine()
+    primary.start()
+    app = make_app(primary, make_engine=make_engine, settings_for=settings_for)
+    try:
+        with TestClient(app, headers=AUTH) as client:
+            for model in ("alpha", "gamma", "beta"):
+                assert answer(client, model).status_code == 200
+            assert resident(client) == ["beta", "gamma"]  # alpha gave beta its worker
+            assert answer(client, "alpha").status_code == 200
+            assert resident(client) == ["alpha", "gamma"]
+    finally:
+        router_of(client).close()
+        listener.close()
+        for engine in made:
+            engine.stop()
