@@ -97,6 +97,11 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if args.parent_pid is not None:
         watch_parent(args.parent_pid, ended.set)  # the app died without stopping us
+    # From here stdout carries Outrider's lines only: llama.cpp's server prints its own
+    # ("Accepted client connection", ...) with C's printf, which goes to stderr instead.
+    sys.stdout.flush()
+    ours = os.dup(sys.stdout.fileno())
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     server.start()
     info = None
     for _ in range(PROBE_TRIES):
@@ -111,22 +116,20 @@ def run(args: argparse.Namespace) -> int:
         raise PortInUse(f"the worker could not listen on {endpoint}: is another program "
                         "holding the port?")
     major, minor, patch = info.version
-    _say(f"{READY} {endpoint} (llama.cpp RPC {major}.{minor}.{patch}): load with "
+    _say(ours, f"{READY} {endpoint} (llama.cpp RPC {major}.{minor}.{patch}): load with "
          f"--worker {endpoint}")
     try:
         while not ended.wait(1.0):
             pass
     except KeyboardInterrupt:
         pass
-    _say("worker stopped")
+    _say(ours, "worker stopped")
     return 0
 
 
-def _say(line: str) -> None:
-    """One line in one write: llama.cpp's server thread prints to the same stdout ("Accepted
-    client connection"), and print() may split a line in two writes that its lines land in."""
-    sys.stdout.flush()
-    os.write(sys.stdout.fileno(), (line + "\n").encode())
+def _say(fd: int, line: str) -> None:
+    """One line on Outrider's stdout `fd`, in one write."""
+    os.write(fd, (line + "\n").encode())
 
 
 def _chosen(devices: list[Any], names: list[str]) -> list[Any]:

@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -68,21 +69,28 @@ class Worker:
     """An `outrider worker` process on a free loopback port, ready once it said so."""
 
     def __init__(self, *extra: str) -> None:
+        # llama.cpp's own lines ("Accepted client ..."); closed by stop()
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115
         self.port = free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "runtime.cli.main", "worker", "--port", str(self.port),
              "--threads", "1", "--no-cache", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+            stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=ROOT)
         self.output = _lines(self.process)
         seen = []
         while True:
             try:
                 line = self.output.get(timeout=120)
             except queue.Empty:
-                raise AssertionError(f"the worker said no more in 120 s: {''.join(seen)}") from None
+                self.log.seek(0)
+                raise AssertionError(f"the worker said no more in 120 s: {''.join(seen)} / "
+                                     f"{self.log.read().decode(errors='replace')}") from None
             seen.append(line)
-            assert line, f"the worker ended before it served: {''.join(seen)}"
+            if not line:
+                self.log.seek(0)
+                raise AssertionError(f"the worker ended before it served: {''.join(seen)} / "
+                                     f"{self.log.read().decode(errors='replace')}")
             if line.startswith(WORKER_READY):
                 break
         self.banner = "".join(seen)
@@ -98,6 +106,7 @@ class Worker:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self.log.close()
 
 
 @pytest.fixture
@@ -153,12 +162,18 @@ def test_serve_shows_the_split_in_its_status(default_model: Path, tmp_path: Path
         line = _lines(process).get(timeout=180)
         assert line.startswith(READY_PREFIX + " "), line
         url = json.loads(line[len(READY_PREFIX) + 1:])["url"]
+        ask = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 32,
+               "temperature": 0}
         with httpx.Client(base_url=url, timeout=120) as http:
             status = http.get("/api/status").json()
-            reply = http.post("/v1/chat/completions", json={
-                "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 16,
-                "temperature": 0}).json()
+            split = http.post("/v1/chat/completions", json=ask).json()
             metrics = http.get("/api/metrics").json()
+            # The same model loaded here alone, the same settings but the workers.
+            alone = {**status["settings"], "workers": []}
+            with http.stream("POST", "/api/load", json=alone) as load:
+                assert load.status_code == 200
+                assert "event: loaded" in "".join(load.iter_text())
+            local = http.post("/v1/chat/completions", json=ask).json()
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -172,7 +187,9 @@ def test_serve_shows_the_split_in_its_status(default_model: Path, tmp_path: Path
     assert plan["summary"].startswith("Split: ")
     assert [link["device"] for link in plan["links"]] == [f"rpc:{a.endpoint}", f"rpc:{b.endpoint}"]
     assert all(link["bytes_per_token"] > 0 for link in plan["links"])
-    assert reply["choices"][0]["message"]["content"]
+    text = split["choices"][0]["message"]["content"]
+    assert len(text.split()) > 5
+    assert text == local["choices"][0]["message"]["content"]  # T = 0: split = local
     remote = [d for d in metrics["devices"] if d.get("remote")]
     assert [d["id"] for d in remote] == [f"rpc:{a.endpoint}", f"rpc:{b.endpoint}"]
     assert all(d["planned"]["weights"] > 0 for d in remote)
