@@ -24,7 +24,7 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from app.engine.wire import ServerAddress, WireError, parse_ready_line
 from app.qt import QtCore, Signal
@@ -88,6 +88,15 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
+class _ChildOwner(Protocol):
+    """What owns a child process's output and end (EngineProcess, the worker card)."""
+
+    def _on_stdout(self) -> None: ...
+    def _on_stderr(self) -> None: ...
+    def _on_finished(self, exit_code: int, status: QtCore.QProcess.ExitStatus) -> None: ...
+    def _on_error(self, error: QtCore.QProcess.ProcessError) -> None: ...
+
+
 @dataclass(frozen=True)
 class EngineCommand:
     """How to start an engine server; the server flags are appended by `argv`.
@@ -123,6 +132,22 @@ class EngineCommand:
         root = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
         return cls(sys.executable, ("-m", "runtime.cli.main", *args), {"PYTHONPATH": path})
+
+    def process(self, parent: QtCore.QObject, owner: _ChildOwner) -> QtCore.QProcess:
+        """A QProcess (not started) for this command: unbuffered Python output, this command's
+        environment, and `owner`'s four slots connected — the one way the app makes the child
+        of an `outrider` command (the engine server, a worker)."""
+        process = QtCore.QProcess(parent)
+        env = QtCore.QProcessEnvironment.systemEnvironment()
+        env.insert("PYTHONUNBUFFERED", "1")
+        for key, value in self.env.items():
+            env.insert(key, value)
+        process.setProcessEnvironment(env)
+        process.readyReadStandardOutput.connect(owner._on_stdout)
+        process.readyReadStandardError.connect(owner._on_stderr)
+        process.finished.connect(owner._on_finished)
+        process.errorOccurred.connect(owner._on_error)
+        return process
 
     def argv(self, api_key: str, parent_pid: int, host: str = "127.0.0.1",
              port: int = 0, saved_kv_gib: float | None = None) -> list[str]:
@@ -228,16 +253,7 @@ class EngineProcess(QtCore.QObject):
         self._stdout = b""
         self._tail.clear()
         self._open_log()
-        process = QtCore.QProcess(self)
-        env = QtCore.QProcessEnvironment.systemEnvironment()
-        env.insert("PYTHONUNBUFFERED", "1")
-        for key, value in self._command.env.items():
-            env.insert(key, value)
-        process.setProcessEnvironment(env)
-        process.readyReadStandardOutput.connect(self._on_stdout)
-        process.readyReadStandardError.connect(self._on_stderr)
-        process.finished.connect(self._on_finished)
-        process.errorOccurred.connect(self._on_error)
+        process = self._command.process(self, self)
         self._process = process
         self._api_key = api_key
         self.listening = listen

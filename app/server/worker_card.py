@@ -160,16 +160,7 @@ class WorkerCard(QtWidgets.QFrame):
         self._stderr.clear()
         self.output.clear()
         self.error.hide()
-        process = QtCore.QProcess(self)
-        env = QtCore.QProcessEnvironment.systemEnvironment()
-        env.insert("PYTHONUNBUFFERED", "1")
-        for key, value in self.command.env.items():
-            env.insert(key, value)
-        process.setProcessEnvironment(env)
-        process.readyReadStandardOutput.connect(self._on_stdout)
-        process.readyReadStandardError.connect(self._on_stderr)
-        process.finished.connect(self._on_finished)
-        process.errorOccurred.connect(self._on_error)
+        process = self.command.process(self, self)
         self._process = process
         self._set_state(WorkerState.STARTING)
         process.start(self.command.program, [*self.command.args, "--host", host, "--port", port,

@@ -23,8 +23,8 @@ from runtime.settings.load import LoadSettings
 from runtime.settings.user import SettingsStore
 from runtime.units import fmt_bytes
 from tests.conftest import tiny_model_path
+from tests.fixtures.fake_rpc_worker import GIB, FakeRpcWorker, refused_endpoint
 from tests.fixtures.tiny_gguf import TARGET
-from tests.gui.fake_rpc_worker import GIB, FakeRpcWorker, refused_endpoint
 from tests.gui.model_helpers import Devices, cpu
 from tests.gui.test_settings_page import WAIT, open_page, put_in_library, wait_plan
 

@@ -18,6 +18,7 @@ from runtime.server.router import ModelRouter, RouterOptions
 from runtime.server.serve import remembered_settings
 from runtime.settings.load import LoadSettings
 from runtime.settings.user import AppSettings, ModelPrefs, SettingsStore
+from tests.fixtures.fake_rpc_worker import FakeRpcWorker
 from tests.server.conftest import API_KEY, fake_gguf
 from tests.server.fake_engine import FakeEngine
 
@@ -237,24 +238,8 @@ def test_models_sharing_a_worker_take_turns(make_app: Callable[..., FastAPI],
     """A worker serves one client at a time: loading a model that names a worker an idle
     resident model holds unloads that model first (else the worker could not even be asked
     what it has free); a model on other workers stays."""
-    import socket
-    import threading
-
-    from tests.unit.planner.test_workers import rpc_server
-
-    listener = socket.create_server(("127.0.0.1", 0))
-    shared = f"127.0.0.1:{listener.getsockname()[1]}"
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                rpc_server(conn)
-
-    threading.Thread(target=serve, daemon=True).start()
+    worker = FakeRpcWorker().__enter__()
+    shared = worker.endpoint
     library["gamma"] = fake_gguf(library["alpha"].parents[1] / "gamma" / "gamma.gguf")
 
     def make_engine() -> FakeEngine:
@@ -277,6 +262,6 @@ def test_models_sharing_a_worker_take_turns(make_app: Callable[..., FastAPI],
             assert resident(client) == ["alpha", "gamma"]
     finally:
         router_of(client).close()
-        listener.close()
+        worker.__exit__(None, None, None)
         for engine in made:
             engine.stop()

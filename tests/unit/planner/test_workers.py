@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import re
 import socket
-import struct
 import threading
 from collections.abc import Callable, Iterator
 
@@ -15,7 +14,6 @@ import pytest
 
 from runtime.errors import SettingsError, WorkerError
 from runtime.planner.workers import (
-    CAPS_SIZE,
     exposure_warning,
     probe_worker,
     probe_workers,
@@ -23,49 +21,7 @@ from runtime.planner.workers import (
     worker_named_in,
 )
 from runtime.settings.load import LoadSettings, worker_endpoint
-
-GIB = 1 << 30
-
-
-def _recv(conn: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = conn.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
-
-
-def _read_command(conn: socket.socket) -> tuple[int, bytes]:
-    cmd = _recv(conn, 1)[0]
-    (size,) = struct.unpack("<Q", _recv(conn, 8))
-    return cmd, _recv(conn, size)
-
-
-def _reply(conn: socket.socket, payload: bytes) -> None:
-    conn.sendall(struct.pack("<Q", len(payload)) + payload)
-
-
-def rpc_server(conn: socket.socket, *, version: tuple[int, int, int] = (7, 0, 0),
-               devices: tuple[tuple[int, int], ...] = ((6 * GIB, 8 * GIB),)) -> None:
-    """The first three commands of llama.cpp's RPC server (ggml-rpc.cpp rpc_serve_client)."""
-    cmd, payload = _read_command(conn)
-    if cmd != 14 or len(payload) != CAPS_SIZE:
-        return
-    _reply(conn, bytes([*version, 0]) + bytes(CAPS_SIZE))
-    while True:
-        try:
-            cmd, payload = _read_command(conn)
-        except ConnectionError:
-            return
-        if cmd == 15:
-            _reply(conn, struct.pack("<I", len(devices)))
-        elif cmd == 11:
-            (index,) = struct.unpack("<I", payload)
-            _reply(conn, struct.pack("<QQ", *devices[index]))
-        else:
-            return
+from tests.fixtures.fake_rpc_worker import GIB, FakeRpcWorker
 
 
 @pytest.fixture
@@ -102,9 +58,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_a_worker_reports_its_version_and_each_device(serve: Callable[..., str]) -> None:
-    endpoint = serve(lambda c: rpc_server(c, devices=((6 * GIB, 8 * GIB), (1 * GIB, 24 * GIB))))
-    info = probe_worker(endpoint)
+def test_a_worker_reports_its_version_and_each_device() -> None:
+    with FakeRpcWorker(devices=((6 * GIB, 8 * GIB), (1 * GIB, 24 * GIB))) as worker:
+        endpoint = worker.endpoint
+        info = probe_worker(endpoint)
     assert info.version == (7, 0, 0)
     assert [(d.id, d.name, d.kind, d.free_bytes, d.total_bytes) for d in info.devices] == [
         (f"rpc:{endpoint}", f"worker {endpoint}", "rpc", 6 * GIB, 8 * GIB),
@@ -112,10 +69,10 @@ def test_a_worker_reports_its_version_and_each_device(serve: Callable[..., str])
     assert all(d.is_gpu for d in info.devices)  # llama.cpp offloads to them like to a GPU
 
 
-def test_workers_are_probed_in_order(serve: Callable[..., str]) -> None:
-    a = serve(lambda c: rpc_server(c, devices=((1 * GIB, 2 * GIB),)))
-    b = serve(lambda c: rpc_server(c, devices=((3 * GIB, 4 * GIB),)))
-    assert [i.devices[0].free_bytes for i in probe_workers((a, b))] == [1 * GIB, 3 * GIB]
+def test_workers_are_probed_in_order() -> None:
+    with FakeRpcWorker(1 * GIB, 2 * GIB) as a, FakeRpcWorker(3 * GIB, 4 * GIB) as b:
+        infos = probe_workers((a.endpoint, b.endpoint))
+    assert [i.devices[0].free_bytes for i in infos] == [1 * GIB, 3 * GIB]
 
 
 def test_a_port_nobody_listens_on_is_unreachable() -> None:
@@ -137,17 +94,16 @@ def test_a_server_that_hangs_up_is_not_a_worker(serve: Callable[..., str]) -> No
         probe_worker(endpoint)
 
 
-def test_an_older_protocol_version_names_both_versions(serve: Callable[..., str]) -> None:
-    endpoint = serve(lambda c: rpc_server(c, version=(6, 1, 0)))
-    with pytest.raises(WorkerError, match=r"speaks RPC protocol 6\.1\.0; this Outrider speaks "
-                                          r"7\.0: run the same Outrider"):
-        probe_worker(endpoint)
+def test_an_older_protocol_version_names_both_versions() -> None:
+    with FakeRpcWorker(version=(6, 1, 0)) as worker, \
+            pytest.raises(WorkerError, match=r"speaks RPC protocol 6\.1\.0; this Outrider speaks "
+                                             r"7\.0: run the same Outrider"):
+        probe_worker(worker.endpoint)
 
 
-def test_a_newer_minor_version_is_refused_too(serve: Callable[..., str]) -> None:
-    endpoint = serve(lambda c: rpc_server(c, version=(7, 3, 0)))
-    with pytest.raises(WorkerError, match=r"7\.3\.0"):
-        probe_worker(endpoint)
+def test_a_newer_minor_version_is_refused_too() -> None:
+    with FakeRpcWorker(version=(7, 3, 0)) as worker, pytest.raises(WorkerError, match=r"7\.3\.0"):
+        probe_worker(worker.endpoint)
 
 
 def test_a_worker_that_never_answers_is_busy_or_not_a_worker(serve: Callable[..., str]) -> None:
