@@ -75,9 +75,17 @@ class Worker:
         self.endpoint = f"127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "runtime.cli.main", "worker", "--port", str(self.port),
-             "--threads", "1", "--no-cache", *extra],
+             "--threads", "1", "--no-cache",
+             *(extra or ("--parent-pid", str(os.getpid())))],  # a killed run leaves none
             stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=ROOT)
         self.output = _lines(self.process)
+        try:
+            self.banner = self._ready()
+        except BaseException:
+            self.stop()  # a worker that never served is not left behind
+            raise
+
+    def _ready(self) -> str:
         seen = []
         while True:
             try:
@@ -92,8 +100,7 @@ class Worker:
                 raise AssertionError(f"the worker ended before it served: {''.join(seen)} / "
                                      f"{self.log.read().decode(errors='replace')}")
             if line.startswith(WORKER_READY):
-                break
-        self.banner = "".join(seen)
+                return "".join(seen)
 
     def kill(self) -> None:
         self.process.kill()
@@ -114,9 +121,9 @@ def workers() -> Iterator[Callable[[int], list[Worker]]]:
     started: list[Worker] = []
 
     def start(n: int) -> list[Worker]:
-        new = [Worker() for _ in range(n)]
-        started.extend(new)
-        return new
+        for _ in range(n):
+            started.append(Worker())
+        return started[-n:]
 
     yield start
     for worker in started:
