@@ -97,6 +97,28 @@ class _ChildOwner(Protocol):
     def _on_error(self, error: QtCore.QProcess.ProcessError) -> None: ...
 
 
+class LineBuffer:
+    """A child's stdout cut into whole lines as it arrives (the engine's ready line, the
+    worker's); a line cut mid-way waits for the rest, and `rest` hands over what is left
+    when the child has ended.
+
+    >>> lines = LineBuffer()
+    >>> lines.feed(b"one\\r\\ntw"), lines.feed(b"o\\nthr"), lines.rest()
+    (['one'], ['two'], ['thr'])
+    """
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, data: bytes) -> list[str]:
+        *whole, self._pending = (self._pending + data).split(b"\n")
+        return [raw.decode("utf-8", errors="replace").rstrip("\r") for raw in whole]
+
+    def rest(self) -> list[str]:
+        pending, self._pending = self._pending, b""
+        return [pending.decode("utf-8", errors="replace").rstrip("\r")] if pending else []
+
+
 @dataclass(frozen=True)
 class EngineCommand:
     """How to start an engine server; the server flags are appended by `argv`.
@@ -206,7 +228,7 @@ class EngineProcess(QtCore.QObject):
         self._log_dir = log_dir
         self._process: QtCore.QProcess | None = None
         self._log: TextIO | None = None
-        self._stdout = b""
+        self._stdout = LineBuffer()
         self._tail: collections.deque[str] = collections.deque(maxlen=40)
         self._expected_exit = False
         self.address: ServerAddress | None = None
@@ -250,7 +272,7 @@ class EngineProcess(QtCore.QObject):
         self._port = port
         self._expected_exit = False
         self.address = None
-        self._stdout = b""
+        self._stdout = LineBuffer()
         self._tail.clear()
         self._open_log()
         process = self._command.process(self, self)
@@ -285,10 +307,7 @@ class EngineProcess(QtCore.QObject):
     def _on_stdout(self) -> None:
         if self._process is None:
             return
-        self._stdout += bytes(self._process.readAllStandardOutput().data())
-        while b"\n" in self._stdout:
-            raw, self._stdout = self._stdout.split(b"\n", 1)
-            line = raw.decode("utf-8", errors="replace").rstrip("\r")
+        for line in self._stdout.feed(bytes(self._process.readAllStandardOutput().data())):
             self._write_log(line + "\n")
             if self.address is not None:
                 continue

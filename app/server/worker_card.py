@@ -25,7 +25,7 @@ import collections
 import enum
 import os
 
-from app.engine.process import EngineCommand
+from app.engine.process import EngineCommand, LineBuffer
 from app.qt import QtCore, QtGui, QtWidgets, Signal
 from app.widgets import muted_label
 from runtime.errors import SettingsError
@@ -81,7 +81,7 @@ class WorkerCard(QtWidgets.QFrame):
         self.state = WorkerState.STOPPED
         self._process: QtCore.QProcess | None = None
         self._stopping = False
-        self._stdout = b""
+        self._stdout = LineBuffer()
         self._stderr: collections.deque[str] = collections.deque(maxlen=40)
         self._kill_timer = QtCore.QTimer(self, singleShot=True, interval=STOP_KILL_MS)
         self._kill_timer.timeout.connect(self._kill)
@@ -156,7 +156,7 @@ class WorkerCard(QtWidgets.QFrame):
             self._fail(str(exc))
             return
         self._stopping = False
-        self._stdout = b""
+        self._stdout = LineBuffer()
         self._stderr.clear()
         self.output.clear()
         self.error.hide()
@@ -191,12 +191,11 @@ class WorkerCard(QtWidgets.QFrame):
     # -- the process -----------------------------------------------------------------------
 
     def _on_stdout(self) -> None:
-        if self._process is None:
-            return
-        self._stdout += bytes(self._process.readAllStandardOutput().data())
-        while b"\n" in self._stdout:
-            raw, self._stdout = self._stdout.split(b"\n", 1)
-            line = raw.decode("utf-8", errors="replace").rstrip("\r")
+        if self._process is not None:
+            self._show(self._stdout.feed(bytes(self._process.readAllStandardOutput().data())))
+
+    def _show(self, lines: list[str]) -> None:
+        for line in lines:
             if not line.strip():
                 continue
             self.output.appendPlainText(line)
@@ -226,13 +225,8 @@ class WorkerCard(QtWidgets.QFrame):
             self._fail(failure_line(list(self._stderr), exit_code))
 
     def _on_stdout_of(self, process: QtCore.QProcess) -> None:
-        rest = bytes(process.readAllStandardOutput().data())
-        for raw in (self._stdout + rest).split(b"\n"):
-            line = raw.decode("utf-8", errors="replace").strip()
-            if line:
-                self.output.appendPlainText(line)
-                self.line_received.emit(line)
-        self._stdout = b""
+        self._show(self._stdout.feed(bytes(process.readAllStandardOutput().data())))
+        self._show(self._stdout.rest())
 
     def _on_error(self, error: QtCore.QProcess.ProcessError) -> None:
         if error == QtCore.QProcess.ProcessError.FailedToStart and self._process is not None:

@@ -160,19 +160,20 @@ def _send(sock: socket.socket, cmd: int, payload: bytes) -> None:
 
 
 def _answer(sock: socket.socket, endpoint: str, size: int, what: str) -> bytes:
-    header = _recv(sock, 8)
+    header = recv_exactly(sock, 8)
     (got,) = struct.unpack("<Q", header) if len(header) == 8 else (None,)
     if got != size:
         raise WorkerError(f"worker {endpoint} answered {what} with something that is not "
                           "llama.cpp's RPC protocol: it is not an Outrider worker / llama.cpp "
                           "rpc-server")
-    body = _recv(sock, size)
+    body = recv_exactly(sock, size)
     if len(body) != size:
         raise WorkerError(f"worker {endpoint} closed the connection during {what}")
     return body
 
 
-def _recv(sock: socket.socket, size: int) -> bytes:
+def recv_exactly(sock: socket.socket, size: int) -> bytes:
+    """`size` bytes from `sock`, or fewer where the peer closed the connection first."""
     out = b""
     while len(out) < size:
         chunk = sock.recv(size - len(out))

@@ -8,7 +8,6 @@ unchanged."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,14 +32,9 @@ from runtime.sampling.sampler import NOTHING_ALLOWED, Sampler
 from runtime.sampling.token_mask import TokenMask
 from runtime.settings.load import DraftSettings
 from runtime.speculative.speculation import Speculation
+from tests.engine.test_constrained import JSON_SPEC
 from tests.engine.test_losslessness_engine import settings_for
 
-SCHEMA = {"type": "object", "properties": {
-    "name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "maximum": 999},
-    "ok": {"type": "boolean"}, "kind": {"enum": ["cat", "dog"]},
-    "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 2}},
-    "required": ["name", "age", "ok", "kind", "tags"], "additionalProperties": False}
-JSON_SPEC = ConstraintSpec("json_schema", json.dumps(SCHEMA))
 # five items at least: greedy stops at the first "]" it may write
 GBNF_SPEC = ConstraintSpec("gbnf", 'root ::= "[" item ("," item)* "]"\n'
                                    'item ::= [a-z] [a-z]? [a-z]? "," [a-z]+ "," [0-9]+ "," [a-z]+')
