@@ -106,9 +106,14 @@ def batched_bench(binary: Path, model: Path, threads: int, p: int, n: int, paral
 def engine_batched(model: Path, threads: int, p: int, n: int, parallel: int, reps: int,
                    seed: int = 0, gpu_layers: int | None = None) -> list[float]:
     """The engine's aggregate decode rate for `parallel` concurrent requests, over the steps
-    in which all of them decode (llama-batched-bench's tg phase): the tokens of those steps
-    after the first, over the time from the end of the first to the end of the last (so the
-    engine loop between steps counts). One value per rep."""
+    in which all of them decode (llama-batched-bench's tg phase): from the end of the first
+    step that gives every request a token (the last prompt's prefill, a decode for the
+    others) to the end of the last step in which all still decode, the tokens of the steps
+    after it over that time (so the engine loop between steps counts). A step of the engine
+    may be a run of many decodes (runtime.engine.native_step): the window starts before the
+    first run, not after it, as llama-batched-bench's T_TG starts after its prompts — each
+    step costs more than the one before (the cache grows), so leaving the first run out
+    would leave out the cheapest decodes. One value per rep."""
     engine = Engine()
     try:
         info = engine.load(LoadSettings(model_path=model, n_ctx=parallel * (p + n + 8) + 64,
@@ -129,8 +134,8 @@ def engine_batched(model: Path, threads: int, p: int, n: int, parallel: int, rep
                     sys.exit(f"the engine failed: {done}")
             # The engine's own step log (its metrics window): (end time, StepReport, k).
             steps = [(t, r) for t, r, _ in engine._steps if t > start]
-            full = [i for i, (_, r) in enumerate(steps) if r.width == parallel and not r.prefilled]
-            if len(full) < 2:
+            full = [i for i, (_, r) in enumerate(steps) if r.width == parallel]
+            if len(full) < 2 or steps[full[-1]][1].prefilled:
                 sys.exit("the requests never decoded all together")
             first, last = full[0], full[-1]
             tokens = sum(r.decoded for _, r in steps[first + 1:last + 1])

@@ -2,7 +2,8 @@
  *
  *   Stepper(ctx, n_vocab, capacity, decode_fn, get_logits_fn, eog_flags)
  *   step(entries) -> (rc, results | None)        one batched decode and its sampling
- *   run(entries, max_steps, max_seconds, stop_on_finish) -> (rc, steps, [(tokens, err)])
+ *   run(entries, max_steps, max_seconds, stop_on_finish, doorbell=0)
+ *       -> (rc, steps, [(tokens, err)])
  *                                                 decode steps back to back (plain decoding)
  *   draft(slot, pos, k, cfg, greedy, p_min, stop_on_eog, q_out, feed) -> (tokens, n_eval, rc, err)
  *   profile(on)                                   keep the clocks below (off by default)
@@ -35,8 +36,9 @@
  * its sampled token to the next decode until it has taken `remaining` tokens or sampled an
  * end-of-generation token (with stop_on_eog); the run ends when none is left, after
  * max_steps decodes, once max_seconds have passed (checked after each decode), at the
- * first sequence that ends when stop_on_finish, or at a decode that fails (rc; the steps
- * before it stand). Each result is the tokens sampled and 0, or an OR_ERR_* code after them.
+ * first sequence that ends when stop_on_finish, once the int32 at address `doorbell` is
+ * non-zero (checked after each decode: another thread rang it, a request or a cancel came
+ * in; 0: no doorbell), or at a decode that fails (rc; the steps before it stand). Each result is the tokens sampled and 0, or an OR_ERR_* code after them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -67,6 +69,7 @@ typedef struct or_run {
     Py_ssize_t m;
     int max_steps, stop_on_finish, steps;
     double max_seconds;
+    const volatile int32_t *doorbell; /* NULL: none */
     int32_t rc;
     PyObject *entries;
 } or_run;
@@ -449,7 +452,7 @@ static void run_loop(or_decoder *d, const uint8_t *eog, size_t n, double *scratc
             left++;
         }
         or_tick_add(d->clock, t, &d->clock->sample_wall, NULL);
-        if (!left || (finished && job->stop_on_finish) ||
+        if (!left || (finished && job->stop_on_finish) || (job->doorbell && *job->doorbell) ||
             or_now(CLOCK_MONOTONIC) - t_start >= job->max_seconds)
             break;
     }
@@ -466,10 +469,12 @@ static void run_free(or_run *job) {
 /* Parse run(...)'s arguments into *job; -1 with an exception set. */
 static int run_parse(StepperObject *self, PyObject *args, or_run *job) {
     PyObject *entries_obj;
+    Py_ssize_t doorbell = 0;
     memset(job, 0, sizeof *job);
-    if (!PyArg_ParseTuple(args, "Oidp:run", &entries_obj, &job->max_steps, &job->max_seconds,
-                          &job->stop_on_finish))
+    if (!PyArg_ParseTuple(args, "Oidp|n:run", &entries_obj, &job->max_steps, &job->max_seconds,
+                          &job->stop_on_finish, &doorbell))
         return -1;
+    job->doorbell = (const volatile int32_t *)(uintptr_t)doorbell;
     if (!self->dec.token) {
         PyErr_SetString(PyExc_RuntimeError, "Stepper is not initialised");
         return -1;
@@ -645,7 +650,8 @@ static PyMethodDef stepper_methods[] = {
     {"step", (PyCFunction)stepper_step, METH_O,
      "step(entries) -> (rc, results or None): fill the batch, llama_decode, sample."},
     {"run", (PyCFunction)stepper_run, METH_VARARGS,
-     "run(entries, max_steps, max_seconds, stop_on_finish) -> (rc, steps, [(tokens, err)])"},
+     "run(entries, max_steps, max_seconds, stop_on_finish, doorbell=0) -> (rc, steps, "
+     "[(tokens, err)])"},
     {"draft", (PyCFunction)stepper_draft, METH_VARARGS,
      "draft(slot, pos, k, cfg, greedy, p_min, stop_on_eog, q_out, feed) -> (tokens, n_eval, rc, "
      "err): a draft model's round (feed: tokens to decode first)."},
@@ -671,7 +677,7 @@ static PyTypeObject StepperType = {
 /* Called from PyInit__native. */
 int or_stepper_register(PyObject *module) {
     if (PyType_Ready(&StepperType) < 0) return -1;
-    if (PyModule_AddIntConstant(module, "STEP_ABI", 2) < 0) return -1;
+    if (PyModule_AddIntConstant(module, "STEP_ABI", 3) < 0) return -1;
     Py_INCREF(&StepperType);
     if (PyModule_AddObject(module, "Stepper", (PyObject *)&StepperType) < 0) {
         Py_DECREF(&StepperType);

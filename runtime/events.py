@@ -159,11 +159,16 @@ class TokenLogprob:
     logprob: float
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TokenEvent:
     """One generated token. `text` is the newly decodable text (may be "" while a multi-byte
     character is incomplete, or while a possible stop string is held back). `logprob` and
-    `top_logprobs` only when the request asked for them."""
+    `top_logprobs` only when the request asked for them.
+
+    The one object the engine makes per token, so it is a plain slotted dataclass, not a
+    frozen one like the other events: a frozen dataclass's __init__ costs 1.4-2.2 µs (one
+    object.__setattr__ a field) against 0.3 µs, 1 % of a tiny model's step. Treat it as
+    frozen all the same: nothing changes an event once it is emitted."""
 
     request_id: str
     index: int  # which of the n samples

@@ -68,10 +68,12 @@ from runtime.events import (
     Finished,
     GenerationRequest,
     SamplingParams,
+    TokenEvent,
 )
 from runtime.llama.binding import Batch, LlamaContext, LlamaModel, supports_gpu_offload
 from runtime.llama.mtmd import Projector
 from runtime.llama.params import LlamaParams, to_llama_params
+from runtime.llama.stepper import Doorbell
 from runtime.planner.gpu_layers import Offload
 from runtime.sampling.constraint import Constraint, ConstraintCompiler
 from runtime.sampling.sampler import Sampler
@@ -166,6 +168,8 @@ class Engine:
         self._probe = probe
         self._saved_kv = saved_kv
         self._inbox: queue.SimpleQueue[_Command] = queue.SimpleQueue()
+        # Rung with every command: ends a native run of decode steps (native_step) early.
+        self._doorbell = Doorbell()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._loaded: _Loaded | None = None
@@ -199,7 +203,7 @@ class Engine:
         if thread is None or not thread.is_alive():
             return
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._inbox.put(_Command("stop", future=future))
+        self._post(_Command("stop", future=future))
         thread.join()
         self._thread = None
         pool, self._prepare_pool = self._prepare_pool, None
@@ -210,24 +214,24 @@ class Engine:
              on_progress: Callable[[float], None] | None = None) -> LoadedModel:
         self.start()
         future: concurrent.futures.Future[LoadedModel] = concurrent.futures.Future()
-        self._inbox.put(_Command("load", (settings, on_progress), future))
+        self._post(_Command("load", (settings, on_progress), future))
         return future.result()
 
     def unload(self) -> None:
         self.start()
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._inbox.put(_Command("unload", future=future))
+        self._post(_Command("unload", future=future))
         future.result()
 
     def submit(self, request: GenerationRequest) -> RequestHandle:
         if self._state != "ready":
             raise NoModelLoaded("no model is loaded; load one first")
         handle = RequestHandle(request.id, request.n, self._cancel)
-        self._inbox.put(_Command("submit", (request, handle)))
+        self._post(_Command("submit", (request, handle)))
         return handle
 
     def _cancel(self, request_id: str) -> None:
-        self._inbox.put(_Command("cancel", request_id))
+        self._post(_Command("cancel", request_id))
 
     # ---- snapshots (any thread) ------------------------------------------------------------------
 
@@ -319,7 +323,7 @@ class Engine:
             job = loaded.embedder.prepare(inputs)  # tokenizing: here, not on the engine thread
         finally:
             loaded.release()
-        self._inbox.put(_Command("embed", (loaded, job)))
+        self._post(_Command("embed", (loaded, job)))
         while True:
             try:
                 return job.future.result(timeout=1.0)
@@ -346,8 +350,14 @@ class Engine:
 
     # ---- the engine thread -----------------------------------------------------------------------
 
+    def _post(self, command: _Command) -> None:
+        """Hand `command` to the engine thread (any thread)."""
+        self._inbox.put(command)
+        self._doorbell.ring()
+
     def _run(self) -> None:
         while True:
+            self._doorbell.clear()  # before the look at the inbox: see Doorbell
             busy = self._loaded is not None and (self._loaded.scheduler.has_work()
                                                  or self._loaded.embedder.has_work())
             if (not busy and self._loaded is not None and self._inbox.empty()
@@ -444,6 +454,8 @@ class Engine:
         if handle is None:
             return
         handle._put(event)
+        if type(event) is TokenEvent:  # most events: one a token, and they end nothing
+            return
         if isinstance(event, ErrorEvent) or (
                 isinstance(event, Finished) and self._all_finished(seq.request_id)):
             del self._handles[seq.request_id]
@@ -482,7 +494,8 @@ class Engine:
                 store = KvStore(self._saved_kv, key, result.ctx)
             except OSError as exc:  # the file vanished after loading: resume nothing
                 logger.warning("saved KV caches are off for this load: %s", exc)
-        native = NativeStep.for_context(result.ctx, result.spec.verifier if result.spec else None)
+        native = NativeStep.for_context(result.ctx, result.spec.verifier if result.spec else None,
+                                        self._doorbell)
         draft_stepper = result.spec.stepper if result.spec else None
         ctx, self._profiler = (profiled(result.ctx, native, draft_stepper) if self._profile
                                else (result.ctx, None))
@@ -543,7 +556,7 @@ class Engine:
         request's error. Never raises: whatever happens is posted back as "admit"."""
         if not loaded.lease():
             error = ErrorEvent(request.id, "NoModelLoaded", "the model was unloaded")
-            self._inbox.put(_Command("admit", _Prepared(loaded, request, handle, error=error)))
+            self._post(_Command("admit", _Prepared(loaded, request, handle, error=error)))
             return
         try:
             n_ctx = loaded.ctx.n_ctx
@@ -563,7 +576,7 @@ class Engine:
             result = _Prepared(loaded, request, handle, error=_error_event(request.id, exc))
         finally:
             loaded.release()
-        self._inbox.put(_Command("admit", result))
+        self._post(_Command("admit", result))
 
     def _admit_now(self, prepared: _Prepared) -> None:
         request, handle = prepared.request, prepared.handle

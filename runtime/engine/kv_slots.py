@@ -104,7 +104,7 @@ class KvSlots:
         self.tokens: list[list[int]] = [[] for _ in range(n_slots)]
         self._cells: list[list[int]] = [[] for _ in range(n_slots)]
         self._refs: dict[int, int] = {}
-        self._ids = itertools.count()
+        self._next_id = 0  # cell ids, never reused
         self.busy = [False] * n_slots
         self._saved = [True] * n_slots  # an idle slot's cells, as they are, are in the store
         self._last_use = [0] * n_slots
@@ -230,11 +230,10 @@ class KvSlots:
 
     def append(self, slot: int, tokens: Sequence[int]) -> None:
         """Record that `tokens` were evaluated into `slot` at the next positions."""
-        cells = self._cells[slot]
-        for _ in tokens:
-            cell = next(self._ids)
-            self._refs[cell] = 1
-            cells.append(cell)
+        new = range(self._next_id, self._next_id + len(tokens))
+        self._next_id = new.stop
+        self._refs.update(dict.fromkeys(new, 1))
+        self._cells[slot].extend(new)
         self.tokens[slot].extend(tokens)
         self.used += len(tokens)
         self._saved[slot] = False

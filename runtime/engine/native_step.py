@@ -39,11 +39,12 @@ Python sampler, one call decodes up to RUN_STEPS steps (RUN_SECONDS at most), ea
 back the tokens just sampled and ending a sequence at an end-of-generation token and at its
 last allowed one (max_tokens, the context's end); Python then takes the tokens in order, as
 after single steps. That is what takes Python off the per-token path of a fast sequence:
-on the tiny fixture a token decodes in ~0.25 ms, and the Python after a decode runs with
+on the tiny fixture a token decodes in ~0.2 ms, and the Python after a decode runs with
 caches the decode just emptied — 15-30 µs, several times its warm cost, 5-10% of the step;
-now that cost comes once a run. A request that arrives meanwhile, or a cancel, waits for
-the run (RUN_SECONDS at most); a run ends as soon as a sequence ends while requests wait
-(its slot goes to the next). Stop strings are Python's to find (in text), so their
+now that cost comes once a run. A request that arrives meanwhile, or a cancel, rings the
+engine's doorbell (`runtime.llama.stepper.Doorbell`) and the run ends after its current
+step; a run ends as soon as a sequence ends while requests wait (its slot goes to the
+next). Stop strings are Python's to find (in text), so their
 sequences take single steps: no decode is wasted past a stop.
 
 (Runs on a thread of their own, overlapping Python's turn with the next decodes, were
@@ -59,17 +60,20 @@ from typing import Any, NamedTuple
 from runtime.engine.scheduler import Scheduler, StepReport, _Entry
 from runtime.events import TokenEvent
 from runtime.llama.binding import LlamaContext
-from runtime.llama.stepper import Stepper, StepTimings
+from runtime.llama.stepper import Doorbell, Stepper, StepTimings
 from runtime.sampling.step_config import StepConfig, step_config, step_error
 from runtime.speculative.api import Verifier
 from runtime.speculative.speculation import SamplingVerifier
 
 _LAST_STEP = attrgetter("last_step")
 # A run of plain decode steps in one call ends after this many steps or this long (checked
-# after each step), so a request that arrives, or a cancel, waits at most about this long.
-# 8 ms: on the tiny fixture one sequence takes ~30 steps a run, eight take 4.
-RUN_STEPS = 64
-RUN_SECONDS = 0.008
+# after each step), or at once when the engine's doorbell rings (a request, a cancel: they
+# wait one step, not a run). The limit is the stream's grain: 30 ms, a reply still shows
+# ~33 times a second; on the tiny fixture one sequence takes ~130 steps a run, eight ~16.
+# Each run pays Python's cold start once (its caches emptied by the decodes): 8 ms runs
+# cost ~9 µs of Python a token on the tiny fixture, 30 ms runs ~5.
+RUN_STEPS = 256
+RUN_SECONDS = 0.03
 
 
 class _Plan(NamedTuple):
@@ -85,8 +89,10 @@ class _Plan(NamedTuple):
 class NativeStep:
     """Implements `runtime.engine.scheduler.FastStep` over a `Stepper`."""
 
-    def __init__(self, stepper: Stepper, verifier: Verifier | None) -> None:
+    def __init__(self, stepper: Stepper, verifier: Verifier | None,
+                 doorbell: Doorbell | None = None) -> None:
         self.stepper = stepper
+        self._doorbell = doorbell.address if doorbell is not None else 0
         self._step = stepper.step
         self._run = stepper.run
         # The verify rule the C code applies: SamplingVerifier's own; any other verifier's
@@ -94,10 +100,12 @@ class NativeStep:
         self._rule = verifier.rule if type(verifier) is SamplingVerifier else None
 
     @classmethod
-    def for_context(cls, ctx: LlamaContext, verifier: Verifier | None) -> NativeStep | None:
-        """The native step for `ctx`, or None (extension not built, or switched off)."""
+    def for_context(cls, ctx: LlamaContext, verifier: Verifier | None,
+                    doorbell: Doorbell | None = None) -> NativeStep | None:
+        """The native step for `ctx`, or None (extension not built, or switched off).
+        `doorbell`: the engine's, which ends a run when a command comes in."""
         stepper = Stepper.for_context(ctx)
-        return cls(stepper, verifier) if stepper is not None else None
+        return cls(stepper, verifier, doorbell) if stepper is not None else None
 
     def timings(self) -> StepTimings:
         return self.stepper.timings()
@@ -212,7 +220,8 @@ class NativeStep:
         # decode that fails after the first step: the steps before it stand, and the next
         # step meets the failure again (here or on the Python path).
         max_steps = min(RUN_STEPS, sched.kv.free // len(decoders))
-        _rc, steps, results = self._run(entries, max_steps, RUN_SECONDS, bool(sched.waiting))
+        _rc, steps, results = self._run(entries, max_steps, RUN_SECONDS, bool(sched.waiting),
+                                        self._doorbell)
         if steps == 0:
             return None
         return self._take(sched, decoders, results, t0)

@@ -28,7 +28,7 @@ import llama_cpp.llama_cpp as L
 
 from runtime.llama.binding import LlamaContext
 
-STEP_ABI = 2  # must equal the STEP_ABI native/stepper.c registers
+STEP_ABI = 3  # must equal the STEP_ABI native/stepper.c registers
 ENV_SWITCH = "OUTRIDER_NATIVE_STEP"
 
 # The entry and result shapes of `step` (native/stepper.c says it in full):
@@ -54,7 +54,7 @@ class NativeStepper(Protocol):
     def step(self, entries: list[StepEntry]) -> tuple[int, list[Any] | None]: ...
 
     def run(self, entries: list[tuple[int, int, int, Any, int, bool]], max_steps: int,
-            max_seconds: float, stop_on_finish: bool,
+            max_seconds: float, stop_on_finish: bool, doorbell: int = 0,
             ) -> tuple[int, int, list[tuple[tuple[int, ...], int]]]: ...
 
     def draft(self, slot: int, pos: int, k: int, cfg: tuple[Any, ...], greedy: bool,
@@ -87,6 +87,33 @@ def _extension() -> tuple[Any | None, str]:
         return None, ("runtime._native has no native step of this version: rebuild it with "
                       "`python setup.py build_ext --inplace`")
     return module, "native step (runtime._native)"
+
+
+class Doorbell:
+    """A flag another thread raises to end a native run after its current step: the engine
+    rings it with each command it posts (a request, a cancel, a load), so a run may go on
+    for many steps without keeping a newcomer waiting. `Stepper.run` reads it at `address`
+    after each decode (native/stepper.c); the engine thread lowers it before it looks at
+    its inbox, so a command posted after that look always ends the run that follows.
+
+        >>> bell = Doorbell()
+        >>> bell.rung, bell.ring(), bell.rung, bell.clear(), bell.rung
+        (False, None, True, None, False)
+    """
+
+    def __init__(self) -> None:
+        self._flag = ctypes.c_int32(0)
+        self.address = ctypes.addressof(self._flag)
+
+    @property
+    def rung(self) -> bool:
+        return bool(self._flag.value)
+
+    def ring(self) -> None:
+        self._flag.value = 1
+
+    def clear(self) -> None:
+        self._flag.value = 0
 
 
 def native_step_status() -> str:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from runtime.cli.main import main
+from runtime.engine import native_step
 from runtime.engine.engine import Engine
 from runtime.errors import InvalidLogits
 from runtime.events import (
@@ -231,6 +232,33 @@ def test_rows_a_run_cannot_sample_fail_that_request_alone(tiny_target: Path,
         assert [e.token_id for e in events[0] if isinstance(e, TokenEvent)] == alone
         error = events[1][-1]
         assert isinstance(error, ErrorEvent) and error.kind == InvalidLogits.__name__
+        assert engine.status().active_sequences == 0
+    finally:
+        engine.stop()
+
+
+def test_a_cancel_ends_a_run_after_the_step_in_progress(tiny_target: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel rings the engine's doorbell: a run of native decode steps allowed to go on
+    for the whole reply (no step or time limit) ends after the step in progress, and the
+    reply ends cancelled, far short of its max_tokens — without the doorbell the run would
+    decode all of them and the reply end with "length"."""
+    monkeypatch.setenv(ENV_SWITCH, "1")
+    monkeypatch.setattr(native_step, "RUN_STEPS", 100_000)
+    monkeypatch.setattr(native_step, "RUN_SECONDS", 1e9)
+    engine = Engine()
+    try:
+        engine.load(tiny_settings(tiny_target, n_ctx=2048))
+        handle = engine.submit(_req("a long one", SamplingParams(temperature=0, max_tokens=2000,
+                                                                 ignore_eos=True)))
+        events = []
+        for event in handle.events(timeout=60):
+            events.append(event)
+            if len(events) == 1:
+                handle.cancel()
+        done = events[-1]
+        assert isinstance(done, Finished) and done.reason == "cancelled"
+        assert done.usage.completion_tokens < 1000
         assert engine.status().active_sequences == 0
     finally:
         engine.stop()

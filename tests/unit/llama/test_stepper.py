@@ -7,7 +7,7 @@ Seeded sampling is compared draw for draw: both read the same numpy generator.""
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import llama_cpp.llama_cpp as L
 import numpy as np
@@ -15,7 +15,7 @@ import pytest
 
 from runtime.errors import InvalidLogits
 from runtime.events import SamplingParams
-from runtime.llama.stepper import ERR_ALL_INF, ERR_INVALID, STEP_ABI
+from runtime.llama.stepper import ERR_ALL_INF, ERR_INVALID, STEP_ABI, Doorbell
 from runtime.sampling import native as kernels
 from runtime.sampling.sampler import Sampler
 from runtime.sampling.step_config import step_config, step_error
@@ -47,6 +47,7 @@ class FakeLlama:
         self.batches: list[list[tuple[int, int, int, int]]] = []
         self.fail_at: int | None = None  # the decode (0-based) that returns 1
         self.poison: set[tuple[int, int]] = set()  # (token, pos) whose row holds a NaN
+        self.on_decode: Callable[[int], None] | None = None  # called with the decode count
 
         @_DECODE
         def decode(_ctx: int, b: L.llama_batch) -> int:
@@ -54,6 +55,8 @@ class FakeLlama:
                 return 1
             items = [(b.token[i], b.pos[i], b.seq_id[i][0], b.logits[i]) for i in range(b.n_tokens)]
             self.batches.append(items)
+            if self.on_decode is not None:
+                self.on_decode(len(self.batches))
             r = 0
             for token, pos, _seq, out in items:
                 if out:
@@ -227,3 +230,21 @@ def test_a_draft_round_is_the_python_drafters_loop(llama: FakeLlama) -> None:
             np.testing.assert_allclose(q_out[:len(tokens)], np.stack(q_want[:len(tokens)]),
                                        rtol=1e-12, atol=1e-15)
 
+
+
+def test_a_run_ends_after_the_step_in_which_its_doorbell_rang(llama: FakeLlama) -> None:
+    """The engine rings its doorbell with each command it posts: the run stops after the
+    decode in progress (here the third), not at its step or time limit; a doorbell rung
+    before the run lets one step through; one never rung changes nothing."""
+    cfg = step_config(Sampler(SamplingParams(temperature=0.0), seed=1), "greedy")
+    bell = Doorbell()
+    llama.on_decode = lambda n: bell.ring() if n == 3 else None  # during the third decode
+    rc, steps, results = llama.stepper.run([(0, 0, 3, cfg, 50, False)], 40, 10.0, False,
+                                           bell.address)
+    assert (rc, steps, len(results[0][0])) == (0, 3, 3)
+    llama.on_decode = None
+    rc, steps, _ = llama.stepper.run([(0, 10, 3, cfg, 50, False)], 40, 10.0, False, bell.address)
+    assert (rc, steps) == (0, 1)
+    bell.clear()
+    rc, steps, _ = llama.stepper.run([(0, 20, 3, cfg, 50, False)], 40, 10.0, False, bell.address)
+    assert (rc, steps) == (0, 40)
