@@ -38,7 +38,8 @@
  * max_steps decodes, once max_seconds have passed (checked after each decode), at the
  * first sequence that ends when stop_on_finish, once the int32 at address `doorbell` is
  * non-zero (checked after each decode: another thread rang it, a request or a cancel came
- * in; 0: no doorbell), or at a decode that fails (rc; the steps before it stand). Each result is the tokens sampled and 0, or an OR_ERR_* code after them.
+ * in; 0: no doorbell), or at a decode that fails (rc; the steps before it stand). Each
+ * result is the tokens sampled and 0, or an OR_ERR_* code after them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

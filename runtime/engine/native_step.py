@@ -44,8 +44,8 @@ caches the decode just emptied — 15-30 µs, several times its warm cost, 5-10%
 now that cost comes once a run. A request that arrives meanwhile, or a cancel, rings the
 engine's doorbell (`runtime.llama.stepper.Doorbell`) and the run ends after its current
 step; a run ends as soon as a sequence ends while requests wait (its slot goes to the
-next). Stop strings are Python's to find (in text), so their
-sequences take single steps: no decode is wasted past a stop.
+next). Stop strings are Python's to find (in text), so their sequences take single steps:
+no decode is wasted past a stop.
 
 (Runs on a thread of their own, overlapping Python's turn with the next decodes, were
 tried: on this project's 2-core machine they measured 4-8% slower than these plain runs,
