@@ -6,7 +6,9 @@ measured the way llama-bench measures:
 - prefill (pp): a prompt of `-p` random tokens evaluated as one batch (n_ubatch 512),
   timed from its first evaluation to its first sampled token (per-request prefill tok/s);
 - decode (tg): `-n` tokens generated one at a time after a one-token prompt, timed
-  between the first and the last token (per-request decode tok/s), greedy, EOS ignored.
+  between the first and the last token (per-request decode tok/s), greedy, EOS ignored;
+- each on an engine of its own whose context fits the test (its tokens plus 16), as
+  llama-bench sizes its context to each test.
 
 Each side gets a warm-up run; each cell is the mean ± standard deviation over `--reps`.
 
@@ -21,10 +23,12 @@ against the engine's aggregate rate over the steps in which as many concurrent r
 their own random prompts all decode, greedy, EOS ignored (`tgNxB` rows); both with a
 unified KV cache, the engine's layout.
 
-`--rounds R` repeats the whole comparison R times, one side after the other each time, and
-prints every round's ratios and the load average (`os.getloadavg`) beside them, then the
-ratio of the medians over all rounds: on a shared machine many short interleaved rounds
-(`--reps 1 --rounds 12`) say more than one long run of each side.
+`--rounds R` repeats the whole comparison R times, one side after the other, llama.cpp first
+in odd rounds and Outrider first in even ones, and prints every round's ratios and the load
+average (`os.getloadavg`) beside them, then the ratio of the medians over all rounds, and
+over the rounds of each order (the two agree unless the machine's speed drifts within a
+round): on a shared machine many short interleaved rounds (`--reps 1 --rounds 12`) say more
+than one long run of each side.
 
 `--ceiling` adds a `tgN raw` row: the same decode as the engine's, in a C loop over
 llama-cpp-python's own libllama (`Stepper.run`: decode, argmax, feed back; no engine, no
@@ -44,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +56,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runtime.engine.engine import Engine
-from runtime.events import Finished, GenerationRequest, SamplingParams
+from runtime.events import Finished, GenerationRequest, SamplingParams, Timings
 from runtime.openmp import reference_env
 from runtime.settings.load import LoadSettings
 
@@ -176,15 +181,36 @@ def raw_loop(model: Path, threads: int, n: int, reps: int) -> list[float]:
 
 
 def engine_bench(model: Path, threads: int, p: int, n: int, reps: int, seed: int = 0,
-                 gpu_layers: int | None = None) -> dict[str, list[float]]:
+                 gpu_layers: int | None = None, skip_pp: bool = False) -> dict[str, list[float]]:
+    """The engine's pp and tg, each test on an engine of its own whose context fits the test
+    (a prompt of `p`, or one token and `n` more, plus 16), as llama-bench sizes its context
+    to each test (n_prompt + n_gen): the cache's size is no bystander — on the tiny target a
+    256-token decode in a 784-token context ran 2-3 % slower than in a 272-token one
+    (docs/benchmarks.md)."""
+    out = {}
+    if not skip_pp:
+        out[f"pp{p}"] = engine_rates(model, threads, p + 16, p, 1, reps, seed, gpu_layers,
+                                     lambda t: t.prefill_tokens_per_s)
+    out[f"tg{n}"] = engine_rates(model, threads, n + 16, 1, n + 1, reps, seed, gpu_layers,
+                                 lambda t: t.decode_tokens_per_s)
+    return out
+
+
+def engine_rates(model: Path, threads: int, n_ctx: int, prompt: int, max_tokens: int,
+                 reps: int, seed: int, gpu_layers: int | None,
+                 rate: Callable[[Timings], float]) -> list[float]:
+    """`rate` of each of `reps` requests of `prompt` random tokens and `max_tokens` greedy
+    ones (EOS ignored), after a warm-up, on a new engine with an `n_ctx` context."""
     engine = Engine()
     try:
-        info = engine.load(LoadSettings(model_path=model, n_ctx=p + n + 16, n_threads=threads,
+        info = engine.load(LoadSettings(model_path=model, n_ctx=n_ctx, n_threads=threads,
                                         n_batch=2048, n_ubatch=512, gpu_layers=gpu_layers))
         rng = np.random.default_rng(seed)
         lo, hi = 16, info.n_vocab - 16  # plain tokens, away from the specials at either end
 
-        def finish(prompt: tuple[int, ...], max_tokens: int) -> Finished:
+        def finish(length: int, max_tokens: int) -> Finished:
+            # A new random prompt each time: nothing can come from the prefix cache.
+            prompt = tuple(int(t) for t in rng.integers(lo, hi, size=length))
             sampling = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
             events = list(engine.submit(GenerationRequest(prompt=prompt, sampling=sampling)).events())
             done = events[-1]
@@ -192,14 +218,8 @@ def engine_bench(model: Path, threads: int, p: int, n: int, reps: int, seed: int
                 sys.exit(f"the engine failed: {done}")
             return done
 
-        def fresh(length: int) -> tuple[int, ...]:
-            # A new random prompt each time: nothing can come from the prefix cache.
-            return tuple(int(t) for t in rng.integers(lo, hi, size=length))
-
-        finish(fresh(min(p, 64)), 4)  # warm-up
-        pp = [finish(fresh(p), 1).timings.prefill_tokens_per_s for _ in range(reps)]
-        tg = [finish(fresh(1), n + 1).timings.decode_tokens_per_s for _ in range(reps)]
-        return {f"pp{p}": pp, f"tg{n}": tg}
+        finish(min(64, n_ctx // 2), 4)  # warm-up
+        return [rate(finish(prompt, max_tokens).timings) for _ in range(reps)]
     finally:
         engine.stop()
 
@@ -209,6 +229,30 @@ def fmt(samples: list[float] | None) -> str:
         return "—"
     sd = statistics.stdev(samples) if len(samples) > 1 else 0.0
     return f"{statistics.mean(samples):8.1f} ± {sd:5.1f}"
+
+
+def measure_reference(args: argparse.Namespace, batched: str) -> dict[str, list[float]]:
+    """llama.cpp's side of one round: llama-bench, llama-batched-bench."""
+    ref = llama_bench(args.llama_bench, args.model, args.threads, 0 if args.skip_pp else args.p,
+                      args.n, args.reps, args.gpu_layers) if args.llama_bench else {}
+    if args.batched_bench:
+        ref[batched] = batched_bench(args.batched_bench, args.model, args.threads, args.batched_p,
+                                     args.n, args.parallel, args.reps, args.gpu_layers)
+    if args.ceiling and args.llama_bench:
+        ref[f"tg{args.n} raw"] = ref[f"tg{args.n}"]
+    return ref
+
+
+def measure_ours(args: argparse.Namespace, batched: str) -> dict[str, list[float]]:
+    """Outrider's side of one round: the engine, its batched rate, the library's C loop."""
+    ours = engine_bench(args.model, args.threads, args.p, args.n, args.reps,
+                        gpu_layers=args.gpu_layers, skip_pp=args.skip_pp)
+    if args.batched_bench:
+        ours[batched] = engine_batched(args.model, args.threads, args.batched_p, args.n,
+                                       args.parallel, args.reps, gpu_layers=args.gpu_layers)
+    if args.ceiling and args.llama_bench:
+        ours[f"tg{args.n} raw"] = raw_loop(args.model, args.threads, args.n, args.reps)
+    return ours
 
 
 def main() -> int:
@@ -239,24 +283,21 @@ def main() -> int:
     print(f"model {args.model.name}, {args.threads} threads, {args.reps} reps{layers}, "
           f"{args.rounds} round(s), native step: {os.environ.get('OUTRIDER_NATIVE_STEP', 'on')}")
     batched = f"tg{args.n}x{args.parallel}"
-    totals: dict[str, tuple[list[float], list[float]]] = {}
+    # "all" and each first side -> test -> (llama.cpp's samples, Outrider's)
+    totals: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
     for round_no in range(1, args.rounds + 1):
         load = os.getloadavg()[0]
-        ref = llama_bench(args.llama_bench, args.model, args.threads,
-                          0 if args.skip_pp else args.p, args.n, args.reps,
-                          args.gpu_layers) if args.llama_bench else {}
-        ours = engine_bench(args.model, args.threads, args.p, args.n, args.reps,
-                            gpu_layers=args.gpu_layers)
-        if args.batched_bench:
-            ref[batched] = batched_bench(args.batched_bench, args.model, args.threads,
-                                         args.batched_p, args.n, args.parallel, args.reps,
-                                         args.gpu_layers)
-            ours[batched] = engine_batched(args.model, args.threads, args.batched_p, args.n,
-                                           args.parallel, args.reps, gpu_layers=args.gpu_layers)
-        if args.ceiling and args.llama_bench:
-            ref[f"tg{args.n} raw"] = ref[f"tg{args.n}"]
-            ours[f"tg{args.n} raw"] = raw_loop(args.model, args.threads, args.n, args.reps)
-        print(f"\nround {round_no} (load average {load:.2f} → {os.getloadavg()[0]:.2f})")
+        # Odd rounds measure llama.cpp first, even rounds Outrider: whatever the machine's
+        # speed does within a round then favours neither side.
+        first = "llama.cpp" if round_no % 2 else "outrider"
+        if first == "llama.cpp":
+            ref = measure_reference(args, batched)
+            ours = measure_ours(args, batched)
+        else:
+            ours = measure_ours(args, batched)
+            ref = measure_reference(args, batched)
+        print(f"\nround {round_no}, {first} first "
+              f"(load average {load:.2f} → {os.getloadavg()[0]:.2f})")
         print("| test      | llama.cpp tok/s   | outrider tok/s    | ratio |")
         print("|-----------|-------------------|-------------------|-------|")
         names = ([] if args.skip_pp else [f"pp{args.p}"]) + [f"tg{args.n}"]
@@ -267,12 +308,16 @@ def main() -> int:
             ratio = f"{statistics.mean(o) / statistics.mean(r):.3f}" if r and o else "—"
             print(f"| {name:<9} | {fmt(r):>17} | {fmt(o):>17} | {ratio:>5} |")
             if r and o:
-                totals.setdefault(name, ([], []))[0].extend(r)
-                totals[name][1].extend(o)
+                for key in ("all", first):
+                    sums = totals.setdefault(key, {}).setdefault(name, ([], []))
+                    sums[0].extend(r)
+                    sums[1].extend(o)
     if args.rounds > 1:
-        print("\nall rounds, ratio of the medians: " + " · ".join(
-            f"{name} {statistics.median(o) / statistics.median(r):.3f}"
-            for name, (r, o) in totals.items()))
+        for key, label in (("all", "all rounds"), ("llama.cpp", "llama.cpp first"),
+                           ("outrider", "outrider first")):
+            print(f"\n{label}, ratio of the medians: " + " · ".join(
+                f"{name} {statistics.median(o) / statistics.median(r):.3f}"
+                for name, (r, o) in totals.get(key, {}).items()))
     return 0
 
 

@@ -179,6 +179,29 @@ class TokenEvent:
     top_logprobs: tuple[TokenLogprob, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class TokenRun:
+    """Several tokens of one sequence, handed to its request's handle at once: what the
+    engine thread gives for a native run's tokens (runtime.engine.native_step), one object
+    for them all rather than one each. No caller sees one: the handle gives its tokens out
+    as TokenEvents, one after the other, made on the reader's thread (`events`). Only plain
+    tokens travel so: no draft tokens, no logprobs.
+
+        >>> [e.text for e in TokenRun("req-1", 0, (72, 105), ["H", "i"]).events()]
+        ['H', 'i']
+    """
+
+    request_id: str
+    index: int
+    token_ids: tuple[int, ...]
+    texts: list[str]  # each token's new text, as `TokenEvent.text`
+
+    def events(self) -> list[TokenEvent]:
+        n = len(self.token_ids)
+        return list(map(TokenEvent, itertools.repeat(self.request_id, n),
+                        itertools.repeat(self.index, n), self.token_ids, self.texts))
+
+
 @dataclass(frozen=True)
 class StepStats:
     """Speculative statistics of one round for one sequence (absent when not drafting).

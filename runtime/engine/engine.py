@@ -69,6 +69,7 @@ from runtime.events import (
     GenerationRequest,
     SamplingParams,
     TokenEvent,
+    TokenRun,
 )
 from runtime.llama.binding import Batch, LlamaContext, LlamaModel, supports_gpu_offload
 from runtime.llama.mtmd import Projector
@@ -449,12 +450,12 @@ class Engine:
         self._off_reason = next((s.drafter.off_reason for s in sched.running
                                  if s.drafter is not None and s.drafter.off_reason), None)
 
-    def _emit(self, seq: Sequence, event: Event) -> None:
+    def _emit(self, seq: Sequence, event: Event | TokenRun) -> None:
         handle = self._handles.get(seq.request_id)
         if handle is None:
             return
         handle._put(event)
-        if type(event) is TokenEvent:  # most events: one a token, and they end nothing
+        if type(event) is TokenRun or type(event) is TokenEvent:  # most: they end nothing
             return
         if isinstance(event, ErrorEvent) or (
                 isinstance(event, Finished) and self._all_finished(seq.request_id)):

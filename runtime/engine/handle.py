@@ -10,9 +10,10 @@ its subclass (`runtime.engine.isolated_link.IsolatedHandle`) from the child's pi
 from __future__ import annotations
 
 import queue
+from collections import deque
 from collections.abc import Callable, Iterator
 
-from runtime.events import ErrorEvent, Event, Finished
+from runtime.events import ErrorEvent, Event, Finished, TokenEvent, TokenRun
 
 
 class RequestHandle:
@@ -21,12 +22,13 @@ class RequestHandle:
     def __init__(self, request_id: str, n: int, cancel: Callable[[str], None]) -> None:
         self.id = request_id
         self._n = n
-        self._queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Event | TokenRun] = queue.SimpleQueue()
+        self._run: deque[TokenEvent] = deque()  # the rest of a TokenRun's tokens, to give out
         self._cancel = cancel
         self._finished = 0
         self._ended = False
 
-    def _put(self, event: Event) -> None:  # engine thread
+    def _put(self, event: Event | TokenRun) -> None:  # engine thread
         self._queue.put(event)
 
     @property
@@ -36,12 +38,17 @@ class RequestHandle:
 
     def get(self, timeout: float | None = None) -> Event | None:
         """Next event; None on timeout or once the stream has ended."""
+        if self._run:
+            return self._run.popleft()
         if self._ended:
             return None
         try:
             event = self._queue.get(timeout=timeout)
         except queue.Empty:
             return None
+        if isinstance(event, TokenRun):  # (never empty)
+            self._run.extend(event.events())
+            return self._run.popleft()
         if isinstance(event, Finished):
             self._finished += 1
             self._ended = self._finished >= self._n

@@ -18,7 +18,9 @@ keeping its generated tokens, and is recomputed later (its prefix may still be c
     while sched.has_work():
         sched.step()
 
-Events (TokenEvent, StepStats, Finished, ErrorEvent) leave through `emit(seq, event)`.
+Events (TokenEvent, StepStats, Finished, ErrorEvent) leave through `emit(seq, event)`; the
+native step's runs give their plain tokens as one `TokenRun` each, which the request's
+handle turns back into TokenEvents (runtime.engine.handle).
 
 A failure belongs to one request: an exception while drafting for, sampling or accepting the
 tokens of one sequence (NaN logits, a drafter's bug) fails that sequence's request with an
@@ -63,6 +65,7 @@ from runtime.events import (
     StepStats,
     TokenEvent,
     TokenLogprob,
+    TokenRun,
     Usage,
 )
 from runtime.speculative.api import DraftProposal, Verifier
@@ -140,7 +143,7 @@ class Scheduler:
     """Owns the running/waiting sequences and the slot table of one context."""
 
     def __init__(self, ctx: Context, vocab: Vocab, batch: BatchLike, *,
-                 emit: Callable[[Sequence, Event], None], budget: int,
+                 emit: Callable[[Sequence, Event | TokenRun], None], budget: int,
                  verifier: Verifier | None = None, k_max: int = 0,
                  clock: Callable[[], float] = time.perf_counter,
                  store: SavedPrefixes | None = None, native: FastStep | None = None) -> None:
