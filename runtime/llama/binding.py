@@ -409,7 +409,8 @@ class Utf8Stream:
 
     def _decode(self, data: bytes) -> str:
         # codecs' own incremental decoder does this in Python around the same C function,
-        # at twice the cost; a split character or a byte-level vocabulary meets it a token.
+        # at ~1.5 times the cost; a split character or a byte-level vocabulary meets it a
+        # token.
         data = self._held + data
         text, used = codecs.utf_8_decode(data, "replace", False)
         self._held = data[used:]
