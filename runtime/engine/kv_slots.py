@@ -103,7 +103,9 @@ class KvSlots:
         self.n_cells = n_cells
         self.tokens: list[list[int]] = [[] for _ in range(n_slots)]
         self._cells: list[list[int]] = [[] for _ in range(n_slots)]
-        self._refs: dict[int, int] = {}
+        # Slots holding each shared cell beyond the first (a cell absent here has one): a
+        # token appended is one id, never a dict entry, so a run's cells cost a list extend.
+        self._extra: dict[int, int] = {}
         self._next_id = 0  # cell ids, never reused
         self.busy = [False] * n_slots
         self._saved = [True] * n_slots  # an idle slot's cells, as they are, are in the store
@@ -152,7 +154,8 @@ class KvSlots:
         for slot in self.idle_slots():
             for cell in self._cells[slot]:
                 idle_refs[cell] = idle_refs.get(cell, 0) + 1
-        return sum(1 for cell, n in idle_refs.items() if self._refs[cell] == n)
+        extra = self._extra
+        return sum(1 for cell, n in idle_refs.items() if extra.get(cell, 0) + 1 == n)
 
     # ---- changes --------------------------------------------------------------------------
 
@@ -175,8 +178,9 @@ class KvSlots:
             if match > 0:
                 self.memory.seq_cp(src, slot, 0, match)
                 shared = self._cells[src][:match]
+                extra = self._extra
                 for cell in shared:
-                    self._refs[cell] += 1
+                    extra[cell] = extra.get(cell, 0) + 1
                 self._cells[slot] = list(shared)
                 self.tokens[slot] = list(tokens[:match])
             else:
@@ -232,7 +236,6 @@ class KvSlots:
         """Record that `tokens` were evaluated into `slot` at the next positions."""
         new = range(self._next_id, self._next_id + len(tokens))
         self._next_id = new.stop
-        self._refs.update(dict.fromkeys(new, 1))
         self._cells[slot].extend(new)
         self.tokens[slot].extend(tokens)
         self.used += len(tokens)
@@ -245,14 +248,14 @@ class KvSlots:
         if not self.busy[slot]:
             self._spill(slot)  # an idle cache about to lose cells: keep them on disk
         self.memory.seq_rm(slot, n, -1)
+        extra = self._extra
         freed = 0
         for cell in self._cells[slot][n:]:
-            left = self._refs[cell] - 1
-            if left:
-                self._refs[cell] = left
-            else:
-                del self._refs[cell]
-                freed += 1
+            others = extra.pop(cell, 0)
+            if others > 1:
+                extra[cell] = others - 1
+            elif not others:
+                freed += 1  # its last holder
         del self._cells[slot][n:]
         del self.tokens[slot][n:]
         self.used -= freed
@@ -300,5 +303,5 @@ class KvSlots:
             self._cells[slot] = []
             self.busy[slot] = False
             self._saved[slot] = True
-        self._refs.clear()
+        self._extra.clear()
         self.used = 0

@@ -51,7 +51,9 @@ What Python still does a token of a run is the least it can: the token's piece, 
 (`Utf8Stream.push_all`, one C loop where every piece holds whole characters), and its cell
 in the slot table; the run's tokens reach the request's handle as one `TokenRun`, whose
 TokenEvents the reader's thread makes as it reads them. On the tiny fixture that took the
-time between two runs of ~150 tokens from 0.76 to 0.57 ms (benchmarks: docs/benchmarks.md).
+time between two runs of ~150 tokens from 0.76 to 0.57 ms; texts straight from the
+vocabulary's cache (`Utf8Stream.push_run`) and a slot table that records a run's cells as
+one list extend (`KvSlots.append`) took it to ~0.35 ms (benchmarks: docs/benchmarks.md).
 
 (Runs on a thread of their own, overlapping Python's turn with the next decodes, were
 tried: on this project's 2-core machine they measured 4-8% slower than these plain runs,
@@ -74,12 +76,14 @@ from runtime.speculative.speculation import SamplingVerifier
 _LAST_STEP = attrgetter("last_step")
 # A run of plain decode steps in one call ends after this many steps or this long (checked
 # after each step), or at once when the engine's doorbell rings (a request, a cancel: they
-# wait one step, not a run). The limit is the stream's grain: 30 ms, a reply still shows
-# ~33 times a second; on the tiny fixture one sequence takes ~130 steps a run, eight ~16.
-# Each run pays Python's cold start once (its caches emptied by the decodes): 8 ms runs
-# cost ~9 µs of Python a token on the tiny fixture, 30 ms runs ~5.
+# wait one step, not a run). The limit is the stream's grain: 40 ms, the chat window's own
+# repaint interval (app/chat/transcript.py), so the window shows a reply as often as it
+# would token by token; on the tiny fixture one sequence takes ~250 steps a run, eight ~20.
+# Each run pays Python's cold start once (its caches emptied by the decodes, ~0.35 ms
+# between two runs on the tiny fixture): 8 ms runs cost ~9 µs of Python a token there,
+# 30 ms runs ~5, 40 ms runs ~4.
 RUN_STEPS = 256
-RUN_SECONDS = 0.03
+RUN_SECONDS = 0.04
 
 
 class _Plan(NamedTuple):
@@ -277,7 +281,7 @@ class NativeStep:
             if seq.t_first_token is None:
                 seq.t_first_token = now
             seq.t_last_token = now
-            texts = seq.utf8.push_all(list(map(sched.vocab.piece, head)))
+            texts = seq.utf8.push_run(sched.vocab, head)
             sched.emit(seq, TokenRun(seq.request_id, seq.index, head, texts))
         kv.append(seq.slot, (fed[-1],))
         seq.n_computed += 1

@@ -22,6 +22,7 @@ per-token path free of allocations:
 from __future__ import annotations
 
 import codecs
+import contextlib
 import ctypes
 import logging
 import threading
@@ -221,6 +222,7 @@ class LlamaModel:
         # pass first, which the engine never makes.
         self.has_encoder = bool(L.llama_model_has_encoder(ptr))
         self._pieces: list[bytes | None] = [None] * self.n_vocab
+        self._texts: list[str | None] = [None] * self.n_vocab  # a piece of whole characters
         self._eog = np.array([bool(L.llama_vocab_is_eog(self.vocab, t)) for t in range(self.n_vocab)])
         self._piece_buf = ctypes.create_string_buffer(256)
         self.load_log = ""  # what llama.cpp logged while loading (buffer sizes, notes)
@@ -347,7 +349,18 @@ class LlamaModel:
             n = L.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
         out = buf.raw[:n]
         self._pieces[token] = out
+        # A piece that is part of a character (byte-level vocabularies) has no text of its
+        # own: it is decoded in context (Utf8Stream).
+        with contextlib.suppress(UnicodeDecodeError):
+            self._texts[token] = out.decode("utf-8")
         return out
+
+    def texts(self, tokens: Sequence[int]) -> list[str] | None:
+        """Each token's text where every one of them is a piece of whole characters seen
+        before (`piece`); None otherwise. A native run's tokens take this, one C loop over
+        a list, instead of a piece and a decode a token (`Utf8Stream.push_run`)."""
+        out = list(map(self._texts.__getitem__, tokens))
+        return None if None in out else out  # type: ignore[return-value]
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
         """Text of a whole token list (special tokens rendered when `special`)."""
@@ -406,6 +419,15 @@ class Utf8Stream:
             except UnicodeDecodeError:
                 pass  # a character cut in two somewhere: piece by piece
         return list(map(self._decode, pieces))
+
+    def push_run(self, model: LlamaModel, tokens: Sequence[int]) -> list[str]:
+        """`push_all` of `tokens`' pieces: with nothing held back and every piece whole
+        characters, their texts straight from `model`'s cache."""
+        if not self._held:
+            texts = model.texts(tokens)
+            if texts is not None:
+                return texts
+        return self.push_all(list(map(model.piece, tokens)))
 
     def _decode(self, data: bytes) -> str:
         # codecs' own incremental decoder does this in Python around the same C function,

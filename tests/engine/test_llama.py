@@ -99,6 +99,23 @@ def test_multibyte_characters_split_over_tokens_come_out_whole(tiny_target: Path
         model.close()
 
 
+def test_a_runs_texts_from_the_cache_match_pushing_each_piece(tiny_target: Path) -> None:
+    model, ctx = open_model(tiny_target)
+    try:
+        tokens = model.tokenize("ab é✓ cd", add_special=False)
+        one_by_one = Utf8Stream()
+        expected = [one_by_one.push(model.piece(t)) for t in tokens]
+        assert model.texts(tokens) is None  # pieces of "é" and "✓" are parts of characters
+        assert model.texts(tokens[:2]) == ["a", "b"]  # whole characters, seen before
+        for split in range(len(tokens) + 1):
+            at_once = Utf8Stream()
+            assert at_once.push_run(model, tokens[:split]) + at_once.push_run(
+                model, tokens[split:]) == expected, split
+    finally:
+        ctx.close()
+        model.close()
+
+
 def test_logits_are_a_zero_copy_view(tiny_target: Path) -> None:
     model, ctx = open_model(tiny_target)
     try:

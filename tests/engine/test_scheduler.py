@@ -306,6 +306,19 @@ def test_slot_table_counts_shared_cells_once() -> None:
     assert kv.evict_idle() == 3 and kv.used == 0
 
 
+def test_a_cell_three_slots_share_is_freed_by_the_last_of_them() -> None:
+    kv = KvSlots(FakeContext(64, 3), 3, 64)
+    a, _ = kv.acquire([1, 2, 3, 4])  # type: ignore[misc]
+    kv.append(a, [1, 2, 3, 4])
+    b, reused_b = kv.acquire([1, 2, 3, 7])  # type: ignore[misc]
+    c, reused_c = kv.acquire([1, 2, 8])  # type: ignore[misc]
+    assert (reused_b, reused_c) == (3, 2) and kv.used == 4
+    assert kv.truncate(a, 0) == 1  # only its own fourth cell
+    assert kv.truncate(b, 0) == 1  # the third, now b's alone
+    assert kv.used == 2
+    assert kv.truncate(c, 0) == 2 and kv.used == 0
+
+
 def test_models_that_cannot_share_cells_recompute_every_prompt() -> None:
     class NoShareVocab(FakeVocab):
         shares_prefixes = False
