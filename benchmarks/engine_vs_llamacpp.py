@@ -34,6 +34,12 @@ than one long run of each side.
 llama-cpp-python's own libllama (`Stepper.run`: decode, argmax, feed back; no engine, no
 Python per token) — what this build of the library can do at best, the engine's ceiling.
 
+The engine runs as the app's engine processes do: the script starts again once with glibc's
+huge-page tunable in its environment (`runtime.hugepages`), so the engine's auto load mode
+reads the weights into RAM on 2 MiB pages where it would in the app; llama-bench runs at its
+own defaults (the file mapped). `--same-memory` gives llama-bench the engine's placement
+(`-lm none` and the tunable): the difference between the two runs is the memory's.
+
 Without `--llama-bench` only the engine's side is measured. On a GPU build, `--gpu-layers 999`
 offloads every layer on both sides (`-ngl` for llama-bench); without it the engine keeps the
 model on the CPU and llama-bench uses its own default.
@@ -55,6 +61,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from runtime import hugepages
 from runtime.engine.engine import Engine
 from runtime.events import Finished, GenerationRequest, SamplingParams, Timings
 from runtime.openmp import reference_env
@@ -62,13 +69,20 @@ from runtime.settings.load import LoadSettings
 
 
 def llama_bench(binary: Path, model: Path, threads: int, p: int, n: int, reps: int,
-                gpu_layers: int | None = None) -> dict[str, list[float]]:
+                gpu_layers: int | None = None,
+                same_memory: bool = False) -> dict[str, list[float]]:
+    """llama-bench's samples per test. With `same_memory`, llama-bench holds the weights as
+    the engine does: read into RAM (`-lm none`) on huge pages (the glibc tunable) where the
+    engine's auto load mode does so (runtime.hugepages), else mapped, as by default."""
     cmd = [str(binary), "-m", str(model), "-t", str(threads), "-p", str(p), "-n", str(n),
            "-r", str(reps), "-o", "json"]
     if gpu_layers is not None:
         cmd += ["-ngl", str(gpu_layers)]
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                            env=reference_env())
+    env = reference_env()
+    if same_memory and hugepages.weights_in_ram(model, gpu_layers or 0):
+        cmd += ["-lm", "none"]  # read into RAM, on huge pages by the engine's tunable:
+        hugepages.huge_pages_default(env)  # llama-bench's spin stays its own
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if result.returncode != 0:
         sys.exit(f"llama-bench failed ({result.returncode}): {result.stderr.strip()[-500:]}")
     rows = json.loads(result.stdout)
@@ -160,7 +174,8 @@ def raw_loop(model: Path, threads: int, n: int, reps: int) -> list[float]:
     from runtime.llama.stepper import Stepper
 
     params = to_llama_params(LoadSettings(model_path=model, n_ctx=n + 64, n_threads=threads,
-                                          n_batch=2048, n_ubatch=512), 0)
+                                          n_batch=2048, n_ubatch=512), 0,
+                             into_ram=hugepages.weights_in_ram(model, 0))  # as the engine
     llama = LlamaModel.load(model, params)
     ctx = LlamaContext(llama, params)
     try:
@@ -234,7 +249,8 @@ def fmt(samples: list[float] | None) -> str:
 def measure_reference(args: argparse.Namespace, batched: str) -> dict[str, list[float]]:
     """llama.cpp's side of one round: llama-bench, llama-batched-bench."""
     ref = llama_bench(args.llama_bench, args.model, args.threads, 0 if args.skip_pp else args.p,
-                      args.n, args.reps, args.gpu_layers) if args.llama_bench else {}
+                      args.n, args.reps, args.gpu_layers,
+                      args.same_memory) if args.llama_bench else {}
     if args.batched_bench:
         ref[batched] = batched_bench(args.batched_bench, args.model, args.threads, args.batched_p,
                                      args.n, args.parallel, args.reps, args.gpu_layers)
@@ -277,11 +293,18 @@ def main() -> int:
     ap.add_argument("--skip-pp", action="store_true", help="leave out the prefill row")
     ap.add_argument("--ceiling", action="store_true",
                     help="add the library's own decode rate in a C loop (tgN raw)")
+    ap.add_argument("--same-memory", action="store_true",
+                    help="llama-bench holds the weights as the engine does (read into RAM on "
+                         "huge pages where the engine does so; default: llama-bench's own)")
     args = ap.parse_args()
+    hugepages.restart_as_engine_process()  # the engine measured as an engine process runs
 
     layers = "" if args.gpu_layers is None else f", {args.gpu_layers} GPU layers"
+    into_ram = hugepages.weights_in_ram(args.model, args.gpu_layers or 0)
     print(f"model {args.model.name}, {args.threads} threads, {args.reps} reps{layers}, "
-          f"{args.rounds} round(s), native step: {os.environ.get('OUTRIDER_NATIVE_STEP', 'on')}")
+          f"{args.rounds} round(s), native step: {os.environ.get('OUTRIDER_NATIVE_STEP', 'on')}, "
+          f"engine weights: {'in RAM on huge pages' if into_ram else 'mapped'}, llama-bench's: "
+          f"{'the same' if args.same_memory or not into_ram else 'mapped (its default)'}")
     batched = f"tg{args.n}x{args.parallel}"
     # "all" and each first side -> test -> (llama.cpp's samples, Outrider's)
     totals: dict[str, dict[str, tuple[list[float], list[float]]]] = {}

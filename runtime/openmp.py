@@ -44,6 +44,8 @@ from collections.abc import MutableMapping
 
 import psutil
 
+from runtime.hugepages import without_ours
+
 CROWDED_SPIN = 300  # rounds: a few µs, about what a futex sleep and wake-up cost
 _USER_KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 _set_here = False  # spin_default() set it in os.environ
@@ -83,9 +85,10 @@ def spin_default(environ: MutableMapping[str, str] | None = None, *, threads: in
 
 
 def reference_env() -> dict[str, str]:
-    """This process's environment without the spin `spin_default` set: what another
-    program (llama.cpp's own tools, in the benchmarks) runs with at its own defaults."""
+    """This process's environment without what Outrider set for its own engines (the spin
+    `spin_default` set, the huge-page tunable of `runtime.hugepages`): what another program
+    (llama.cpp's own tools, in the benchmarks) runs with at its own defaults."""
     env = dict(os.environ)
     if _set_here and env.get("GOMP_SPINCOUNT") == str(CROWDED_SPIN):
         del env["GOMP_SPINCOUNT"]
-    return env
+    return without_ours(env)

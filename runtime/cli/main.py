@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from runtime import __version__
 from runtime.cli import desktop, draft, hub, info, quality, run, serve, worker
 from runtime.errors import OutriderError, shown
+from runtime.hugepages import restart_as_engine_process
 
 # Modules that each define `register(subparsers)`; their handlers return an exit code.
 COMMAND_MODULES = (
@@ -26,6 +27,9 @@ COMMAND_MODULES = (
     quality,  # quantize, eval, bench
     desktop,  # install-desktop-entry
 )
+# Commands whose engine runs in this process (`runtime.cli.run._engine`): started from a
+# shell, they start again once with the environment an engine process has (runtime.hugepages).
+IN_PROCESS_ENGINE = ("run", "chat")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(args_list)
+    if argv is None and args.command in IN_PROCESS_ENGINE:
+        restart_as_engine_process()  # their engine runs here: on huge pages as a child's would
     if args.version:
         print(f"outrider {__version__}")
         return 0

@@ -146,7 +146,8 @@ def auto_cpu_moe_note(n: int) -> str:
 
 def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, *,
                     cpu_count: int | None = None,
-                    plan_cpu_moe: int | None = None) -> LlamaParams:
+                    plan_cpu_moe: int | None = None,
+                    into_ram: bool = False) -> LlamaParams:
     """The llama.cpp parameters for `settings`.
 
     GPU layers: the user's number wins; with "auto" (None) the memory planner's
@@ -158,7 +159,8 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
     takes the planner's `plan_cpu_moe` (said in notes: `auto_cpu_moe_note`); without it, all
     experts of a model with GPU layers stay in RAM (the GPU layers were planned for at most
     that much in VRAM). `main_gpu` puts the whole model on that GPU (llama.cpp's split mode
-    "none").
+    "none"). The file is mapped unless the user chose otherwise (`use_mmap` False) or left it
+    to auto (None) and `into_ram` says reading it is better (`runtime.hugepages.weights_in_ram`).
     """
     notes: list[str] = []
     if settings.gpu_layers is not None:
@@ -204,7 +206,7 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
 
     return LlamaParams(
         n_gpu_layers=n_gpu_layers,
-        load_mode=LOAD_MODE_MMAP if settings.use_mmap else LOAD_MODE_NONE,
+        load_mode=LOAD_MODE_MMAP if _mapped(settings.use_mmap, into_ram) else LOAD_MODE_NONE,
         n_ctx=settings.n_ctx,
         n_batch=n_batch,
         n_ubatch=n_ubatch,
@@ -224,3 +226,12 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
         n_cpu_moe=n_cpu_moe,
         workers=settings.workers,
     )
+
+
+def _mapped(use_mmap: bool | None, into_ram: bool) -> bool:
+    """Map the file? The user's choice, or auto's (`into_ram`).
+
+        >>> _mapped(True, True), _mapped(False, False), _mapped(None, True), _mapped(None, False)
+        (True, False, False, True)
+    """
+    return use_mmap if use_mmap is not None else not into_ram

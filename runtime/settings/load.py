@@ -76,7 +76,9 @@ class LoadSettings:
     n_batch: int = 512
     n_ubatch: int = 512
     n_parallel: int = 1
-    use_mmap: bool = True
+    # Map the file (True), read it into RAM (False), or auto (None): read into RAM on huge
+    # pages where that is faster and safe (runtime.hugepages.weights_in_ram), else mapped.
+    use_mmap: bool | None = None
     draft: DraftSettings = field(default_factory=DraftSettings)
     # Mixture-of-experts models: the expert FFN tensors of the first `cpu_moe` blocks stay in
     # RAM (llama.cpp's --n-cpu-moe N; "all" = --cpu-moe; "auto" = the planner's fit).
