@@ -99,13 +99,15 @@ def test_reference_env_drops_only_the_tunable_outrider_set(monkeypatch) -> None:
     assert openmp.reference_env()["GLIBC_TUNABLES"] == TUNABLE
 
 
-_WHERE_IT_WORKS = pytest.mark.skipif(
-    hugepages.thp_mode() not in ("madvise", "always")
+# Where Outrider's tunable does the work: THP in madvise mode (with "always" the kernel gives
+# huge pages as it can, by its own defrag policy) and glibc 2.35 or later.
+_WHERE_THE_TUNABLE_WORKS = pytest.mark.skipif(
+    hugepages.thp_mode() != "madvise"
     or (hugepages.glibc_version() or (0, 0)) < hugepages.MIN_GLIBC,
-    reason="needs Linux with transparent huge pages and glibc 2.35 or later")
+    reason="the tunable is set only with THP in madvise mode and glibc 2.35 or later")
 
 
-@_WHERE_IT_WORKS
+@_WHERE_THE_TUNABLE_WORKS
 def test_an_engine_process_holds_the_default_model_on_huge_pages(default_model: Path) -> None:
     """A fresh interpreter (as an engine child starts) inherits the tunable from one that
     imported `runtime`, loads the default model with the auto load mode, and its weights
@@ -138,10 +140,7 @@ print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=Tr
     assert int(out[1]) >= default_model.stat().st_size // 2
 
 
-@pytest.mark.skipif(
-    hugepages.thp_mode() != "madvise"
-    or (hugepages.glibc_version() or (0, 0)) < hugepages.MIN_GLIBC,
-    reason="the tunable is set only with THP in madvise mode and glibc 2.35 or later")
+@_WHERE_THE_TUNABLE_WORKS
 def test_outrider_run_from_a_shell_starts_again_on_huge_pages(tmp_path: Path) -> None:
     """`outrider run` keeps its engine in its own process: started without the tunable, it
     runs again once with it (same pid, same arguments), and only then parses on."""
