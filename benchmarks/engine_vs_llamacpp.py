@@ -174,8 +174,7 @@ def raw_loop(model: Path, threads: int, n: int, reps: int) -> list[float]:
     from runtime.llama.stepper import Stepper
 
     params = to_llama_params(LoadSettings(model_path=model, n_ctx=n + 64, n_threads=threads,
-                                          n_batch=2048, n_ubatch=512), 0,
-                             into_ram=hugepages.weights_in_ram(model, 0))  # as the engine
+                                          n_batch=2048, n_ubatch=512), 0)  # as the engine
     llama = LlamaModel.load(model, params)
     ctx = LlamaContext(llama, params)
     try:

@@ -50,8 +50,8 @@ from pathlib import Path
 
 import psutil
 
-TUNABLE = "glibc.malloc.hugetlb=1"
 _KNOB = "glibc.malloc.hugetlb"
+TUNABLE = f"{_KNOB}=1"
 THP_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 MIN_GLIBC = (2, 35)
 _set_here = False  # huge_pages_default() set it in os.environ: this process started without

@@ -71,7 +71,6 @@ from runtime.events import (
     TokenEvent,
     TokenRun,
 )
-from runtime.hugepages import weights_in_ram
 from runtime.llama.binding import Batch, LlamaContext, LlamaModel, supports_gpu_offload
 from runtime.llama.mtmd import Projector
 from runtime.llama.params import LlamaParams, to_llama_params
@@ -483,10 +482,7 @@ class Engine:
             else:
                 plan = None if supports_gpu_offload() or settings.workers else 0  # CPU build: nothing to decide
             offload = plan if isinstance(plan, Offload) else Offload(plan)
-            gpu_layers = (settings.gpu_layers if settings.gpu_layers is not None
-                          else offload.gpu_layers or 0)  # as to_llama_params decides them
-            params = to_llama_params(settings, offload.gpu_layers, plan_cpu_moe=offload.cpu_moe,
-                                     into_ram=weights_in_ram(settings.model_path, gpu_layers))
+            params = to_llama_params(settings, offload.gpu_layers, plan_cpu_moe=offload.cpu_moe)
             result = load_model(settings, params, on_progress, self._speculation, self._probe)
         except BaseException:
             self._state = "empty"

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runtime.gguf.info import EXPERT_TENSOR
+from runtime.hugepages import weights_in_ram
 from runtime.openmp import physical_cores
 from runtime.planner.plan import decode_batch
 from runtime.settings.load import LoadSettings
@@ -146,8 +147,7 @@ def auto_cpu_moe_note(n: int) -> str:
 
 def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, *,
                     cpu_count: int | None = None,
-                    plan_cpu_moe: int | None = None,
-                    into_ram: bool = False) -> LlamaParams:
+                    plan_cpu_moe: int | None = None) -> LlamaParams:
     """The llama.cpp parameters for `settings`.
 
     GPU layers: the user's number wins; with "auto" (None) the memory planner's
@@ -160,7 +160,8 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
     experts of a model with GPU layers stay in RAM (the GPU layers were planned for at most
     that much in VRAM). `main_gpu` puts the whole model on that GPU (llama.cpp's split mode
     "none"). The file is mapped unless the user chose otherwise (`use_mmap` False) or left it
-    to auto (None) and `into_ram` says reading it is better (`runtime.hugepages.weights_in_ram`).
+    to auto (None) and reading it is better with these GPU layers
+    (`runtime.hugepages.weights_in_ram`).
     """
     notes: list[str] = []
     if settings.gpu_layers is not None:
@@ -206,7 +207,7 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
 
     return LlamaParams(
         n_gpu_layers=n_gpu_layers,
-        load_mode=LOAD_MODE_MMAP if _mapped(settings.use_mmap, into_ram) else LOAD_MODE_NONE,
+        load_mode=LOAD_MODE_MMAP if _mapped(settings, n_gpu_layers) else LOAD_MODE_NONE,
         n_ctx=settings.n_ctx,
         n_batch=n_batch,
         n_ubatch=n_ubatch,
@@ -228,10 +229,9 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
     )
 
 
-def _mapped(use_mmap: bool | None, into_ram: bool) -> bool:
-    """Map the file? The user's choice, or auto's (`into_ram`).
-
-        >>> _mapped(True, True), _mapped(False, False), _mapped(None, True), _mapped(None, False)
-        (True, False, False, True)
-    """
-    return use_mmap if use_mmap is not None else not into_ram
+def _mapped(settings: LoadSettings, n_gpu_layers: int) -> bool:
+    """Map the file? The user's choice, or auto's (`weights_in_ram`, which looks at the file
+    and this machine only then)."""
+    if settings.use_mmap is not None:
+        return settings.use_mmap
+    return not weights_in_ram(settings.model_path, n_gpu_layers)

@@ -40,7 +40,6 @@ import numpy as np
 
 from runtime.events import SamplingParams
 from runtime.gguf.vocab import TokenizerFacts
-from runtime.hugepages import weights_in_ram
 from runtime.llama.binding import Batch, LlamaContext, LlamaModel, supports_gpu_offload
 from runtime.llama.params import to_llama_params
 from runtime.llama.stepper import Stepper
@@ -111,8 +110,7 @@ class DraftContext:
         on_gpu = supports_gpu_offload() and settings.gpu_layers != 0
         draft_settings = dataclasses.replace(settings, model_path=path, gpu_layers=None,
                                              draft=DraftSettings())
-        params = to_llama_params(draft_settings, 999 if on_gpu else 0,
-                                 into_ram=weights_in_ram(path, 999 if on_gpu else 0))
+        params = to_llama_params(draft_settings, 999 if on_gpu else 0)
         model = LlamaModel.load(path, params)
         try:
             ctx = LlamaContext(model, params)

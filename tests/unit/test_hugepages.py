@@ -81,10 +81,14 @@ def test_auto_reads_into_ram_only_on_huge_pages_on_the_cpu_with_room(tmp_path: P
     (True, True, LOAD_MODE_MMAP),   # the user's choice wins
     (False, False, LOAD_MODE_NONE),
 ])
-def test_the_load_mode_is_the_users_or_autos(use_mmap: bool | None, into_ram: bool,
+def test_the_load_mode_is_the_users_or_autos(monkeypatch: pytest.MonkeyPatch,
+                                             use_mmap: bool | None, into_ram: bool,
                                              mode: int) -> None:
+    import runtime.llama.params as params
+
+    monkeypatch.setattr(params, "weights_in_ram", lambda path, gpu_layers: into_ram)
     settings = LoadSettings(model_path=Path("m.gguf"), use_mmap=use_mmap)
-    assert to_llama_params(settings, 0, cpu_count=2, into_ram=into_ram).load_mode == mode
+    assert to_llama_params(settings, 0, cpu_count=2).load_mode == mode
 
 
 def test_reference_env_drops_only_the_tunable_outrider_set(monkeypatch) -> None:  # type: ignore[no-untyped-def]
