@@ -53,8 +53,13 @@ def options(tmp_path: Path, budget: int = kv_store.DEFAULT_BUDGET_BYTES) -> KvSt
     return KvStoreOptions(tmp_path / "kv", budget_bytes=budget, min_tokens=8)
 
 
+# Finished files only: one being written is a hidden `.partial-*.kv` beside them
+# (runtime.atomic_file) until it is renamed into place.
+SAVED = "[!.]*.kv"
+
+
 def saved_files(opts: KvStoreOptions) -> list[Path]:
-    return sorted(opts.folder.glob("*.kv"))
+    return sorted(opts.folder.glob(SAVED))
 
 
 @pytest.fixture
@@ -297,4 +302,4 @@ def test_a_second_store_with_another_key_sees_nothing(tmp_path: Path) -> None:
 
 
 def saved_files_in(folder: Path) -> list[Path]:
-    return sorted(folder.glob("*.kv"), key=lambda p: p.stat().st_mtime_ns)
+    return sorted(folder.glob(SAVED), key=lambda p: p.stat().st_mtime_ns)
