@@ -12,7 +12,7 @@ from pathlib import Path
 
 from app.qt import Qt, QtWidgets, Signal
 from app.services.background import BackgroundRunner
-from app.services.outcome import Inbox
+from app.services.inbox import Inbox
 from app.widgets import muted_label, page_column
 from runtime.errors import OutriderError
 from runtime.hub.catalog import load_catalog

@@ -20,8 +20,9 @@ from typing import Any
 from app.models.projector_note import ProjectorNote
 from app.qt import QtCore, QtGui, QtWidgets, Signal
 from app.services.drafts import compatible_drafts
+from app.services.inbox import Inbox
 from app.services.models import ModelServices
-from app.services.outcome import Inbox, on_result
+from app.services.outcome import on_result
 from app.services.projectors import load_settings_for
 from app.widgets import read_only_table
 from runtime.library.library import LibraryModel

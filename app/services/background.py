@@ -1,7 +1,7 @@
 """Run blocking functions (disk, the Hub, NVML) off the GUI thread, one at a time.
 
-One worker thread per runner takes jobs from a queue; each result comes back as a signal on
-the job's `Job`, which lives on the GUI thread.
+One worker thread per runner takes jobs from a queue; each result comes back on the GUI
+thread to the callbacks connected to the job's `done` or `failed`.
 
     runner = BackgroundRunner(parent=window)
     job = runner.submit(plan_for, path)
@@ -17,10 +17,12 @@ dropped. That is why the worker is a daemon `threading.Thread`, not a `QThread`:
 still running when PySide deletes its Python-owned objects at exit aborts the process
 ("QThread: Destroyed while thread is still running"), while a daemon thread simply ends with it.
 
-Results cross threads as in `app.services.outcome.Inbox`: the worker appends to a locked list and
-posts one wake-up event (`QCoreApplication.postEvent` is thread-safe; no Qt signal is emitted
-from the worker). `shutdown` takes the same lock to close the mailbox, so once it has returned
-nothing more is posted to the runner, and the runner may be deleted right away.
+Results cross to the GUI thread through an `Inbox` (app.services.inbox: a queued signal, no
+Python-made event). A `Job` is a plain Python object, not a QObject, and it lets go of its
+callbacks as soon as it has called one: a callback is often a lambda that holds a page, the
+page holds the runner, and a Qt object whose deletion drops the last reference to its own
+parent is deleted twice. That was the heap corruption the GUI tests met one run in ten
+(`tests/gui/test_background_stress.py` reproduces it on the old design).
 """
 
 from __future__ import annotations
@@ -31,79 +33,76 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from app.qt import QtCore, Signal
+from app.qt import QtCore, isValid
+from app.services.inbox import Inbox
 
 SHUTDOWN_WAIT_S = 1.0  # how long closing the window waits for a running job
-_WAKE = QtCore.QEvent.Type(QtCore.QEvent.registerEventType())
 
 _Call = Callable[[], Any]
 _Result = tuple[int, bool, object]  # job id, succeeded, value or exception
 
 
-class Job(QtCore.QObject):
-    """Signals: done(object) with the result, or failed(object) with the exception."""
+class Callbacks:
+    """What a job calls with its outcome, on the GUI thread: `connect(callback)`, like a
+    signal's. Each is called once at most, then forgotten. As with a Qt connection, a method
+    of a Qt object that has been deleted is not called."""
 
-    done = Signal(object)
-    failed = Signal(object)
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[Any], Any]] = []
+
+    def connect(self, callback: Callable[[Any], Any]) -> None:
+        self._callbacks.append(callback)
+
+    def emit(self, value: object) -> None:
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            receiver = getattr(callback, "__self__", None)
+            if isinstance(receiver, QtCore.QObject) and not isValid(receiver):
+                continue
+            callback(value)
+
+    def clear(self) -> None:
+        self._callbacks = []
 
 
-class _Mailbox:
-    """Results on their way from the worker thread to the runner on the GUI thread.
-
-    Once closed it drops whatever is posted, and it never refers to the runner again, so a
-    result that arrives after shutdown touches no Qt object at all.
+class Job:
+    """One submitted call. Attributes:
+        done: called with the function's return value.
+        failed: called with the exception it raised.
     """
 
-    def __init__(self, receiver: QtCore.QObject) -> None:
-        self._lock = threading.Lock()
-        self._receiver: QtCore.QObject | None = receiver
-        self._results: list[_Result] = []
+    def __init__(self) -> None:
+        self.done = Callbacks()
+        self.failed = Callbacks()
 
-    @property
-    def closed(self) -> bool:
-        with self._lock:
-            return self._receiver is None
+    def settle(self, ok: bool, value: object) -> None:
+        """Call `done` or `failed` with `value`; then the job holds no callback at all."""
+        try:
+            (self.done if ok else self.failed).emit(value)
+        finally:
+            self.forget()
 
-    def post(self, result: _Result) -> None:
-        """Called on the worker thread."""
-        with self._lock:
-            if self._receiver is None:
-                return  # shut down: the result is dropped
-            self._results.append(result)
-            if len(self._results) == 1:  # otherwise a wake-up is already on its way
-                QtCore.QCoreApplication.postEvent(self._receiver, QtCore.QEvent(_WAKE))
-
-    def take(self) -> list[_Result]:
-        with self._lock:
-            results, self._results = self._results, []
-        return results
-
-    def close(self) -> None:
-        with self._lock:
-            self._receiver = None
-            self._results.clear()
+    def forget(self) -> None:
+        self.done.clear()
+        self.failed.clear()
 
 
-def _work(jobs: queue.SimpleQueue[tuple[int, _Call] | None], mailbox: _Mailbox) -> None:
+def _work(jobs: queue.SimpleQueue[tuple[int, _Call] | None],
+          post: Callable[[_Result], None], stopped: threading.Event) -> None:
     """The worker thread: run jobs in order until told to stop (None) or shut down."""
-    while (item := jobs.get()) is not None and not mailbox.closed:
+    while (item := jobs.get()) is not None and not stopped.is_set():
         job_id, call = item
         try:
             value = call()
         except Exception as exc:  # handed to the GUI thread as an object, never lost
-            mailbox.post((job_id, False, exc))
+            post((job_id, False, exc))
         else:
-            mailbox.post((job_id, True, value))
+            post((job_id, True, value))
             del value
         # Let go of the job (its function, its arguments: often bound methods of Qt objects)
         # now, while their owners are alive, not at the next jobs.get() — which may come only
         # at shutdown, after those owners were deleted on the GUI thread.
         del item, call
-
-
-def _stop(jobs: queue.SimpleQueue[tuple[int, _Call] | None], mailbox: _Mailbox) -> None:
-    mailbox.close()
-    jobs.put(None)  # wakes an idle worker so that it ends
 
 
 class BackgroundRunner(QtCore.QObject):
@@ -114,21 +113,27 @@ class BackgroundRunner(QtCore.QObject):
         self._ids = itertools.count(1)
         self._jobs: dict[int, Job] = {}
         self._queue: queue.SimpleQueue[tuple[int, _Call] | None] = queue.SimpleQueue()
-        self._mailbox = _Mailbox(self)
-        # The thread holds the queue and the mailbox (which lets go of the runner once
-        # closed), so a job left running after shutdown keeps no Qt object alive.
-        self._thread = threading.Thread(target=_work, args=(self._queue, self._mailbox),
-                                        name="outrider-background", daemon=True)
+        self._stopped = threading.Event()
+        self._results = Inbox(self)
+        self._results.received.connect(self._on_result)
+        # The thread holds the queue and the inbox's post (which drops everything once the
+        # inbox is closed or deleted), so a job left running after shutdown reaches no Qt
+        # object and keeps none alive.
+        self._thread = threading.Thread(
+            target=_work, args=(self._queue, self._results.post, self._stopped),
+            name="outrider-background", daemon=True)
         self._thread.start()
-        # Deleted with its parent without a shutdown: post nothing more to the dead object.
-        jobs, mailbox = self._queue, self._mailbox
-        self.destroyed.connect(lambda *_: _stop(jobs, mailbox))
+        # Deleted with its parent without a shutdown: the worker ends after its current job.
+        stopped, jobs = self._stopped, self._queue
+        self.destroyed.connect(lambda *_: _stop(stopped, jobs))
 
     def submit(self, func: Callable[..., Any], *args: Any) -> Job:
         """Run `func(*args)` after the jobs submitted before it. After `shutdown` the job
-        never runs and its signals never fire."""
+        never runs and its callbacks are never called."""
+        job = Job()
+        if self._stopped.is_set():
+            return job
         job_id = next(self._ids)
-        job = Job(self)
         self._jobs[job_id] = job
         self._queue.put((job_id, lambda: func(*args)))
         return job
@@ -138,17 +143,21 @@ class BackgroundRunner(QtCore.QObject):
         even one already on its way). Waits up to `timeout` seconds (None: as long as it
         takes) for the running job. True when the worker thread has ended; False when a job
         still runs — it ends on its own and its result is dropped."""
-        _stop(self._queue, self._mailbox)
-        self._jobs.clear()
+        self._results.close()
+        _stop(self._stopped, self._queue)
+        jobs, self._jobs = self._jobs, {}
+        for job in jobs.values():
+            job.forget()
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def event(self, event: QtCore.QEvent) -> bool:
-        if event.type() != _WAKE:
-            return super().event(event)
-        for job_id, ok, value in self._mailbox.take():
-            job = self._jobs.pop(job_id, None)
-            if job is not None:
-                (job.done if ok else job.failed).emit(value)
-                job.deleteLater()
-        return True
+    def _on_result(self, result: _Result) -> None:
+        job_id, ok, value = result
+        job = self._jobs.pop(job_id, None)
+        if job is not None:
+            job.settle(ok, value)
+
+
+def _stop(stopped: threading.Event, jobs: queue.SimpleQueue[tuple[int, _Call] | None]) -> None:
+    stopped.set()
+    jobs.put(None)  # wakes an idle worker so that it ends

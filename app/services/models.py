@@ -23,7 +23,7 @@ from typing import Any
 from app.qt import QtCore, Signal
 from app.services.background import BackgroundRunner, Job
 from app.services.drafts import DraftVerdicts
-from app.services.outcome import Inbox
+from app.services.inbox import Inbox
 from app.services.settings import SettingsController
 from runtime.downloads.manager import DownloadEvent, DownloadManager, DownloadStateChanged
 from runtime.hub.client import Hub

