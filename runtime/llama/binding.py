@@ -238,6 +238,7 @@ class LlamaModel:
         mp.load_mode = params.load_mode
         mp.split_mode = params.split_mode
         mp.main_gpu = params.main_gpu
+        mp.use_extra_bufts = params.repack
         placement = _PlacementArrays(params)
         placement.apply(mp)
 

@@ -5,7 +5,8 @@ setting does can be read (and tested) here instead of being scattered through th
 It imports nothing from llama_cpp: the ggml type ids and enum values are copied below and
 checked against the binding by `tests/engine/test_llama.py`.
 
-    >>> p = to_llama_params(LoadSettings(model_path=Path("m.gguf"), type_v="q8_0"), cpu_count=4)
+    >>> p = to_llama_params(LoadSettings(model_path=Path("m.gguf"), type_v="q8_0"), 0,
+    ...                     cpu_count=4, repack=True)
     >>> p.type_v, p.flash_attn, p.n_threads
     (8, 1, 4)
     >>> p.notes
@@ -26,6 +27,7 @@ the window, so reusing prefixes needs care (`runtime.engine.kv_slots`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from runtime.gguf.info import EXPERT_TENSOR
 from runtime.hugepages import weights_in_ram
@@ -95,6 +97,33 @@ class LlamaParams:
     # llama_model_params.devices: these workers' devices first, then this machine's GPUs
     # (`runtime.llama.rpc.model_devices`); empty: llama.cpp's default list
     workers: tuple[str, ...] = ()
+    # llama_model_params.use_extra_bufts: weights repacked for the CPU's kernels (AMX, or
+    # the interleaved AVX2/NEON layouts); off where those kernels crash (`repack_is_safe`)
+    repack: bool = True
+
+
+def repack_is_safe(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """False on a CPU with AMX-INT8: there llama.cpp repacks a quantized model's weights
+    into its AMX buffer, and `ggml_backend_amx_mul_mat` segfaults on the first prompt of more
+    than a token (llama.cpp#20824, open; ollama's and dspy's Sapphire Rapids machines alike;
+    SmolLM2 Q4_1 on this project's CI machine, an Intel Xeon with amx_int8). llama.cpp can
+    only turn every extra buffer type off together (`--no-repack`), so such a CPU loses the
+    interleaved AVX2 layouts too: slower prompts, against a crash.
+
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile("w", suffix="cpuinfo") as f:
+        ...     _ = f.write("flags : fpu avx2 avx512f amx_bf16 amx_tile amx_int8"); f.flush()
+        ...     repack_is_safe(Path(f.name))
+        False
+    """
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:  # not Linux (macOS has no AMX; Windows: llama.cpp's default)
+        return True
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return "amx_int8" not in line.split(":", 1)[-1].split()
+    return True
 
 
 def default_threads(cpu_count: int | None = None) -> int:
@@ -120,7 +149,7 @@ def default_threads(cpu_count: int | None = None) -> int:
 
 
 def expert_override_patterns(n_cpu_moe: int) -> tuple[str, ...]:
-    """The tensor-name regexes whose tensors llama.cpp must put in the CPU buffer type, as
+    r"""The tensor-name regexes whose tensors llama.cpp must put in the CPU buffer type, as
     common/arg.cpp builds them for --cpu-moe (all) and --n-cpu-moe N (one per block).
 
         >>> expert_override_patterns(2)
@@ -147,7 +176,8 @@ def auto_cpu_moe_note(n: int) -> str:
 
 def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, *,
                     cpu_count: int | None = None,
-                    plan_cpu_moe: int | None = None) -> LlamaParams:
+                    plan_cpu_moe: int | None = None,
+                    repack: bool | None = None) -> LlamaParams:
     """The llama.cpp parameters for `settings`.
 
     GPU layers: the user's number wins; with "auto" (None) the memory planner's
@@ -161,9 +191,15 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
     that much in VRAM). `main_gpu` puts the whole model on that GPU (llama.cpp's split mode
     "none"). The file is mapped unless the user chose otherwise (`use_mmap` False) or left it
     to auto (None) and reading it is better with these GPU layers
-    (`runtime.hugepages.weights_in_ram`).
+    (`runtime.hugepages.weights_in_ram`). Weights are repacked for the CPU's kernels unless
+    `repack` (None: `repack_is_safe()`, this machine) says they crash.
     """
     notes: list[str] = []
+    if repack is None:
+        repack = repack_is_safe()
+    if not repack:
+        notes.append("weight repacking off: llama.cpp's AMX kernels crash on this CPU "
+                     "(llama.cpp#20824)")
     if settings.gpu_layers is not None:
         n_gpu_layers = settings.gpu_layers
     elif plan_gpu_layers is not None:
@@ -226,6 +262,7 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
         tensor_split=tuple(float(x) for x in settings.tensor_split or ()),
         n_cpu_moe=n_cpu_moe,
         workers=settings.workers,
+        repack=repack,
     )
 
 

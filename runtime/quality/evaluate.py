@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from runtime.errors import EvalError, KLDBaseMismatch, LoadError, ModelNotFound, TextTooShort
+from runtime.llama.params import repack_is_safe
 from runtime.llama.reason import first_reason
 from runtime.quality.kld import (
     KLDBase,
@@ -175,6 +176,7 @@ def evaluate(model: Path, text: str, options: EvalOptions | None = None, *,
     with _quiet_llama(errors):
         L.llama_backend_init()
         mparams = L.llama_model_default_params()
+        mparams.use_extra_bufts = repack_is_safe()
         if opts.gpu_layers is not None:
             mparams.n_gpu_layers = opts.gpu_layers
         mdl = L.llama_model_load_from_file(str(model).encode(), mparams)

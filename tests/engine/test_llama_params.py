@@ -16,11 +16,19 @@ from runtime.llama.params import (
     LOAD_MODE_MMAP,
     LOAD_MODE_NONE,
     default_threads,
+    repack_is_safe,
     to_llama_params,
 )
 from runtime.settings.load import KV_CACHE_TYPES, LoadSettings
 
 MODEL = Path("m.gguf")
+
+
+@pytest.fixture(autouse=True)
+def repack_safe_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The notes below are those of a CPU whose repacked kernels are sound; an AMX machine
+    adds its own (tested at the end)."""
+    monkeypatch.setattr("runtime.llama.params.repack_is_safe", lambda: True)
 
 
 def test_defaults() -> None:
@@ -102,3 +110,24 @@ def test_default_threads_fall_back(monkeypatch: pytest.MonkeyPatch, cores: int |
 def test_default_threads_override_and_floor() -> None:
     assert default_threads(cpu_count=3) == 3
     assert default_threads(cpu_count=0) == 1
+
+
+def test_weights_are_not_repacked_where_the_amx_kernels_crash() -> None:
+    """llama.cpp#20824: the AMX buffer's mat-mul segfaults on the first real prompt."""
+    crashing = to_llama_params(LoadSettings(model_path=MODEL), cpu_count=2, repack=False)
+    assert crashing.repack is False
+    assert "weight repacking off: llama.cpp's AMX kernels crash on this CPU" in crashing.notes[0]
+    sound = to_llama_params(LoadSettings(model_path=MODEL), cpu_count=2, repack=True)
+    assert sound.repack is True and not any("repack" in note for note in sound.notes)
+
+
+@pytest.mark.parametrize(("flags", "safe"), [
+    ("fpu avx2 avx512f avx512_vnni", True),
+    ("fpu avx2 avx512f amx_bf16 amx_tile amx_int8", False),
+    ("fpu avx2 amx_tile", True),  # AMX-INT8 is what llama.cpp's AMX buffer needs
+])
+def test_an_amx_int8_cpu_is_told_from_cpuinfo(tmp_path: Path, flags: str, safe: bool) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\n")
+    assert repack_is_safe(cpuinfo) is safe
+    assert repack_is_safe(tmp_path / "absent") is True  # not Linux: llama.cpp's default
