@@ -67,19 +67,25 @@ $(ICONS): packaging/icons/outrider.svg packaging/make_icons.py | $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(PY) packaging/make_icons.py
 	touch $@
 
+# After PyInstaller, the bundle checks itself (packaging/check_bundle.py): every module of
+# runtime/ and app/ imports, every dependency has its metadata and data files. Any problem
+# is printed and fails the build before the archive is made.
 package: $(STAMP) $(ICONS)
 	$(PY) -m pip install --quiet 'pyinstaller>=6.10'
 	$(VENV)/bin/pyinstaller --noconfirm --distpath dist --workpath build/pyinstaller packaging/outrider.spec
+	QT_QPA_PLATFORM=offscreen dist/Outrider/Outrider --check-bundle
 	@case "$$(uname -s)" in \
 	  Linux) tar -C dist -czf dist/Outrider-$(VERSION)-linux-$$(uname -m).tar.gz Outrider ;; \
 	  Darwin) ditto -c -k --keepParent dist/Outrider.app dist/Outrider-$(VERSION)-macos-$$(uname -m).zip ;; \
 	esac
 	@du -sh dist/Outrider dist/Outrider-$(VERSION)-* 2>/dev/null || true
 
-# Not part of `make test` (the build takes minutes): the frozen app starts its engine from
-# itself, loads the default model by path, generates, opens and closes its window.
+# Not part of `make test` (the build takes minutes): the frozen app's self-test (engine from
+# itself, load, generate, window), tests/packaging (a bundle missing a dependency's metadata
+# fails the check) and the frozen server's structured output and tool calls
+# (packaging/package_test.sh says what each step does).
 package-test: package model
-	QT_QPA_PLATFORM=offscreen dist/Outrider/Outrider --self-test --model "$$($(PY) -m runtime.library.default_model)"
+	PY=$(PY) bash packaging/package_test.sh
 
 # Rebuild llama-cpp-python for this machine's GPU (CUDA if nvcc is found, Metal on macOS).
 gpu: $(STAMP)

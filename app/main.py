@@ -3,7 +3,8 @@
     outrider-app                     # opens the window; loads the default model if present
     outrider-app --model FILE.gguf   # loads that model instead
     outrider-app --no-model          # loads nothing (first-run page if the library is empty)
-    outrider --self-test             # offscreen check: load, generate, open/close, exit 0
+    outrider --self-test             # offscreen checks of the product (app.self_test), exit 0
+    outrider --self-test --model F.gguf --fixtures DIR   # DIR: packaging/self_test_fixtures.py
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import ctypes
 import importlib.util
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,17 +30,30 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--model", type=Path, help="GGUF file to load at start")
     parser.add_argument("--no-model", action="store_true", help="start without loading a model")
     parser.add_argument("--self-test", action="store_true",
-                        help="offscreen: load the default model, generate, open and close the window")
-    return parser.parse_args(list(argv))
+                        help="offscreen: check the product end to end (load, chat, structured "
+                             "output, tools, embeddings, documents, router, vision, quantize, "
+                             "worker, window), one line per check; exit 0 when all pass")
+    parser.add_argument("--fixtures", type=Path, metavar="DIR",
+                        help="with --self-test: the tiny models some checks need (written by "
+                             "packaging/self_test_fixtures.py DIR)")
+    args = parser.parse_args(list(argv))
+    if args.fixtures is not None and not args.self_test:
+        parser.error("--fixtures goes with --self-test")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.self_test:
+        from app.self_test import self_test_home
+
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-        with tempfile.TemporaryDirectory(prefix="outrider-self-test-") as tmp:
-            root = Path(tmp)
-            dirs = UserDirs(root / "data", root / "config", root / "cache", root / "state")
+        # Found in the user's library (or fetched) before OUTRIDER_HOME moves to a temporary
+        # folder for the test and the processes it starts.
+        args.model = _self_test_model(args).expanduser().resolve()
+        if args.fixtures is not None:
+            args.fixtures = args.fixtures.expanduser().resolve()
+        with self_test_home() as dirs:
             return _run(args, dirs)
     return _run(args, user_dirs())
 
@@ -110,10 +123,10 @@ def _run(args: argparse.Namespace, dirs: UserDirs) -> int:
         return 1
     # Qt is imported here, not at module level: `outrider --version` must stay fast.
     from app.chat.store import ChatStore
-    from app.crash import CrashReporter
+    from app.crash import CrashReporter, crash_if_asked
     from app.engine.client import EngineClient
     from app.gui_gc import collect_on_gui_thread
-    from app.qt import QtWidgets
+    from app.qt import QtCore, QtWidgets
     from app.services.settings import SettingsController
     from app.theme import apply_theme, palette_for
     from app.window import MainWindow
@@ -140,11 +153,12 @@ def _run(args: argparse.Namespace, dirs: UserDirs) -> int:
         if args.self_test:
             from app.self_test import run_self_test
 
-            return run_self_test(app, window, _self_test_model(args))
+            return run_self_test(app, window, args.model, args.fixtures, dirs)
         reporter.on_exception = lambda path, line: _notify_error(window, path, line)
         window.show()
         if earlier_crashes:
             _show_crash_reports(window, earlier_crashes)
+        QtCore.QTimer.singleShot(0, crash_if_asked)  # OUTRIDER_DEBUG_CRASH: once the loop runs
         model = args.model or (library_default if library_default.is_file() else None)
         if model is not None and not args.no_model:
             window.load_model_file(model.expanduser().resolve())  # its remembered settings

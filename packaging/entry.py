@@ -11,6 +11,8 @@ executable with a flag that says what to be:
     Outrider --load-probe                  a new model's first load (runtime/engine/probe.py)
     Outrider --multiprocessing-fork …      an engine process of the server (runtime/engine/
                                            isolated.py), via multiprocessing.freeze_support()
+    Outrider --check-bundle                (hidden) the build's check that the bundle carries
+                                           every module, metadata and data file (check_bundle.py)
 
 So `Outrider --engine info model.gguf` or `Outrider --engine serve model.gguf` work from a
 terminal too: the bundle carries the whole command line.
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 ENGINE_FLAG = "--engine"
 QUANTIZE_WORKER_FLAG = "--quantize-worker"
 LOAD_PROBE_FLAG = "--load-probe"
+CHECK_BUNDLE_FLAG = "--check-bundle"
 
 
 def main(argv: Sequence[str]) -> int:
@@ -46,6 +49,14 @@ def main(argv: Sequence[str]) -> int:
         from runtime.engine.probe import main as probe_main
 
         return probe_main()
+    if args[:1] == [CHECK_BUNDLE_FLAG]:
+        if not getattr(sys, "frozen", False):  # from the checkout: check_bundle.py is beside us
+            from pathlib import Path
+
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from check_bundle import main as check_bundle_main
+
+        return check_bundle_main(args[1:])
     if args[:1] == ["-m"]:
         # Code written for a source install may run `sys.executable -m MODULE`; in the bundle
         # that would open a second window instead. Refuse, and say so on stderr.

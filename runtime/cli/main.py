@@ -35,7 +35,10 @@ IN_PROCESS_ENGINE = ("run", "chat")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="outrider", description=__doc__.splitlines()[0])
     parser.add_argument("--self-test", action="store_true",
-                        help="offscreen: load the default model, generate, open and close the window")
+                        help="offscreen: check the product end to end, one line per check")
+    parser.add_argument("--fixtures", metavar="DIR",
+                        help="with --self-test: the tiny models some checks need "
+                             "(packaging/self_test_fixtures.py DIR)")
     parser.add_argument("--model", metavar="PATH", help="open the app with this GGUF loaded")
     parser.add_argument("--no-model", action="store_true", help="open the app without loading a model")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
@@ -65,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         app_args = ["--self-test"] if args.self_test else []
         if args.model:
             app_args += ["--model", args.model]
+        if args.fixtures:
+            app_args += ["--fixtures", args.fixtures]
         if args.no_model:
             app_args.append("--no-model")
         return _open_app(app_args)
