@@ -4,6 +4,10 @@ both kept in `user_dirs().crash_reports` and shown on the next start (as qutebro
 Each running app writes faulthandler's output into `session-<pid>.log`; a clean exit deletes
 it. A non-empty session file whose process is gone is therefore a crash: the next start
 renames it `crash-<time>.txt` and shows it.
+
+To see the whole path on a real build: `OUTRIDER_DEBUG_CRASH=segfault outrider` dies of a
+segmentation fault once its window is up; the next start says "Outrider closed unexpectedly"
+with the report (`tests/gui/test_crash_report.py` does exactly that).
 """
 
 from __future__ import annotations
@@ -14,12 +18,23 @@ import faulthandler
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TextIO
 
 import psutil
+
+DEBUG_CRASH_ENV = "OUTRIDER_DEBUG_CRASH"
+
+
+def crash_if_asked(environ: Mapping[str, str] = os.environ) -> None:
+    """Die now of a real SIGSEGV when `OUTRIDER_DEBUG_CRASH=segfault` (checking the crash
+    handler on a build, as a user's crash would reach it); otherwise nothing."""
+    if environ.get(DEBUG_CRASH_ENV) == "segfault":
+        sys.stderr.write(f"{DEBUG_CRASH_ENV}=segfault: crashing on purpose\n")
+        sys.stderr.flush()
+        faulthandler._sigsegv()  # type: ignore[attr-defined]  # CPython's own test hook
 
 
 def _stamp() -> str:
