@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -59,7 +60,10 @@ class Callbacks:
             receiver = getattr(callback, "__self__", None)
             if isinstance(receiver, QtCore.QObject) and not isValid(receiver):
                 continue
-            callback(value)
+            try:
+                callback(value)
+            except Exception:  # as a Qt slot's: reported (the app's crash reporter), and the
+                sys.excepthook(*sys.exc_info())  # other callbacks still run
 
     def clear(self) -> None:
         self._callbacks = []

@@ -239,3 +239,18 @@ def test_posting_to_a_deleted_or_closed_inbox_drops_the_item(qtbot) -> None:
     closed.post("after")
     deliver_posted_events()
     assert got == []
+
+
+def test_a_failing_callback_is_reported_and_the_others_still_run(
+        qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
+    reported: list[BaseException] = []
+    monkeypatch.setattr("sys.excepthook", lambda kind, value, tb: reported.append(value))
+    runner = BackgroundRunner()
+    try:
+        job = runner.submit(lambda: 3)
+        job.done.connect(lambda value: 1 // 0)
+        seen = record(job)
+        qtbot.waitUntil(lambda: seen == [3])
+        assert [type(exc) for exc in reported] == [ZeroDivisionError]
+    finally:
+        runner.shutdown()
