@@ -12,7 +12,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-from llama_cpp import LLAMA_POOLING_TYPE_MEAN, Llama
+from llama_cpp import LLAMA_POOLING_TYPE_MEAN
 
 from runtime.engine.embeddings import Embedder
 from runtime.engine.engine import Engine
@@ -20,6 +20,7 @@ from runtime.engine.scheduler import Scheduler
 from runtime.errors import ContextOverflow, EmbeddingsUnsupported, SettingsError
 from runtime.events import ChatMessage, GenerationRequest, SamplingParams, TokenEvent
 from tests.engine.conftest import tiny_settings
+from tests.fixtures.reference_llama import reference_llama
 from tests.fixtures.tiny_bert_gguf import BERT, CLS, SEP, write_tiny_bert_gguf
 
 TEXTS = ["hello world", "the cat sat on the mat", "a kitten is a small cat", "tax form"]
@@ -40,8 +41,8 @@ def bert_engine(bert: Path) -> Iterator[Engine]:
 
 def reference(path: Path, texts: list[str], **kw: object) -> list[np.ndarray]:
     """llama-cpp-python's high-level embeddings of `texts`, one at a time, normalised."""
-    llm = Llama(str(path), embedding=True, verbose=False, n_ctx=512, n_batch=512,
-                n_ubatch=512, n_threads=1, **kw)  # type: ignore[arg-type]
+    llm = reference_llama(path, embedding=True, verbose=False, n_ctx=512, n_batch=512,
+                          n_ubatch=512, n_threads=1, **kw)
     try:
         return [np.asarray(llm.embed(t, normalize=True), dtype=np.float64) for t in texts]
     finally:

@@ -11,6 +11,7 @@ import pytest
 from runtime.errors import EvalError, KLDBaseMismatch, TextTooShort
 from runtime.quality.evaluate import EvalOptions, default_text, evaluate
 from runtime.quality.kld import kld_rows, load_base, log_softmax, summarize
+from tests.fixtures.reference_llama import model_params
 
 
 def brute_kl(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
@@ -81,7 +82,7 @@ def one_token_at_a_time_ppl(path: Path, text: str, n_ctx: int, n_chunks: int) ->
     second half's next-token log-probabilities."""
     import llama_cpp.llama_cpp as L
 
-    model = L.llama_model_load_from_file(str(path).encode(), L.llama_model_default_params())
+    model = L.llama_model_load_from_file(str(path).encode(), model_params())
     vocab = L.llama_model_get_vocab(model)
     n_vocab = L.llama_vocab_n_tokens(vocab)
     data = text.encode()

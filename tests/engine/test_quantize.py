@@ -26,6 +26,7 @@ from runtime.quality.quantize import (
     quantize,
     read_tensor_types,
 )
+from tests.fixtures.reference_llama import model_params
 
 WEIGHTS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
@@ -35,8 +36,7 @@ def greedy(path: Path, prompt: list[int], n: int) -> list[int]:
     import llama_cpp.llama_cpp as L
 
     L.llama_backend_init()
-    mparams = L.llama_model_default_params()
-    model = L.llama_model_load_from_file(str(path).encode(), mparams)
+    model = L.llama_model_load_from_file(str(path).encode(), model_params())
     assert model, f"llama.cpp could not load {path}"
     cparams = L.llama_context_default_params()
     cparams.n_ctx, cparams.n_batch, cparams.n_threads, cparams.n_threads_batch = 64, 64, 1, 1

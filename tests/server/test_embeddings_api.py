@@ -235,15 +235,17 @@ def test_embeddings_beside_a_chat_stream(tiny_server: Served) -> None:
 
 @pytest.mark.e2e
 def test_the_default_model_through_the_client(default_server: Served) -> None:
-    from llama_cpp import LLAMA_POOLING_TYPE_MEAN, Llama
+    from llama_cpp import LLAMA_POOLING_TYPE_MEAN
+
+    from tests.fixtures.reference_llama import reference_llama
 
     model = default_server.engine.status().model
     texts = ["cat", "kitten", "The quick brown fox jumps over the lazy dog."]
     with openai.OpenAI(base_url=f"{default_server.url}/v1", api_key=API_KEY, max_retries=0,
                        timeout=120) as api:
         reply = api.embeddings.create(model=model.name, input=texts)
-    llm = Llama(str(model.path), embedding=True, verbose=False, n_ctx=512, n_threads=1,
-                pooling_type=LLAMA_POOLING_TYPE_MEAN)
+    llm = reference_llama(model.path, embedding=True, verbose=False, n_ctx=512, n_threads=1,
+                          pooling_type=LLAMA_POOLING_TYPE_MEAN)
     try:
         for item, text in zip(reply.data, texts, strict=True):
             ref = np.asarray(llm.embed(text, normalize=True))
