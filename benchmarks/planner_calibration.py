@@ -35,6 +35,7 @@ import psutil
 
 from runtime.gguf.info import read_model_info
 from runtime.llama.buffers import buffer_totals, device_of, parse_buffer_sizes
+from runtime.llama.params import repack_is_safe
 from runtime.planner.devices import Device
 from runtime.planner.plan import DeviceUsage, plan_memory
 from runtime.settings.load import LoadSettings
@@ -111,6 +112,7 @@ def measure(model: Path, cases: list[Case], decode: bool = False,
     rss_start = rss()
     params = L.llama_model_default_params()
     params.n_gpu_layers = gpu_layers
+    params.use_extra_bufts = repack_is_safe()  # as the engine loads (no AMX repacking)
     handle = L.llama_model_load_from_file(str(model).encode(), params)
     if not handle:
         raise SystemExit(f"llama.cpp could not load {model}")

@@ -27,8 +27,8 @@ from app.engine.client import EngineClient, EngineState
 from app.engine.process import EngineExit
 from app.engine.wire import ReplyError, ServedModel
 from app.qt import QtCore, QtWidgets, Signal
-from app.self_test import KEEP_MARK
 from app.self_test.fixtures import MissingFixture
+from app.self_test.home import KEEP_MARK
 from app.window import MainWindow
 from runtime.events import SamplingParams
 from runtime.paths import UserDirs
