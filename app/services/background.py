@@ -54,6 +54,14 @@ class Callbacks:
     def connect(self, callback: Callable[[Any], Any]) -> None:
         self._callbacks.append(callback)
 
+    def disconnect(self, callback: Callable[[Any], Any]) -> bool:
+        """Forget `callback`; False when it was not connected (or has been called)."""
+        try:
+            self._callbacks.remove(callback)
+        except ValueError:
+            return False
+        return True
+
     def emit(self, value: object) -> None:
         callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:

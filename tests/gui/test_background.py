@@ -254,3 +254,22 @@ def test_a_failing_callback_is_reported_and_the_others_still_run(
         assert [type(exc) for exc in reported] == [ZeroDivisionError]
     finally:
         runner.shutdown()
+
+
+def test_a_job_can_be_waited_for_like_a_signal(qtbot) -> None:
+    """qtbot.waitSignal connects, then disconnects once it has fired, as with a Qt signal."""
+    runner = BackgroundRunner()
+    try:
+        job = runner.submit(lambda: 11)
+        with qtbot.waitSignal(job.done, timeout=int(GUARD_S * 1000)) as done:
+            pass
+        assert done.args == [11]
+        dropped = runner.submit(lambda: 12)
+        seen = record(dropped)
+        assert dropped.done.disconnect(seen.append) is True
+        assert dropped.done.disconnect(seen.append) is False
+        after = record(runner.submit(lambda: 13))
+        qtbot.waitUntil(lambda: after == [13])  # in order: 12's result was handed out first
+        assert seen == []
+    finally:
+        runner.shutdown()
