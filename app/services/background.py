@@ -89,10 +89,8 @@ class Job:
 
     def settle(self, ok: bool, value: object) -> None:
         """Call `done` or `failed` with `value`; then the job holds no callback at all."""
-        try:
-            (self.done if ok else self.failed).emit(value)
-        finally:
-            self.forget()
+        (self.done if ok else self.failed).emit(value)  # reports, never raises, a failure
+        self.forget()
 
     def forget(self) -> None:
         self.done.clear()
@@ -128,9 +126,9 @@ class BackgroundRunner(QtCore.QObject):
         self._stopped = threading.Event()
         self._results = Inbox(self)
         self._results.received.connect(self._on_result)
-        # The thread holds the queue and the inbox's post (which drops everything once the
-        # inbox is closed or deleted), so a job left running after shutdown reaches no Qt
-        # object and keeps none alive.
+        # The thread holds the queue and the inbox's post, which drops everything once the
+        # inbox is closed or deleted: a job left running after shutdown touches no Qt object
+        # (it keeps only the inbox's Python wrapper alive, never a page).
         self._thread = threading.Thread(
             target=_work, args=(self._queue, self._results.post, self._stopped),
             name="outrider-background", daemon=True)
