@@ -37,8 +37,12 @@ lint: $(STAMP)
 # thread's stack, so a hang fails in minutes and says where (pytest-timeout's SIGALRM can miss
 # a main thread blocked in C). The suite takes ~5 min on 2 cores, a GUI file under 30 s. The
 # engine tests then run again on the pure-Python decode step (runtime.engine.native_step).
+# First, in seconds, every docstring example of runtime/ runs (--doctest-modules on runtime
+# only: testpaths stays tests/, so nothing runs twice, and app/ and tests/ are not imported).
 LIMIT = $(if $(shell command -v timeout),timeout -s ABRT $(1))
 pytest: $(STAMP) model
+	@echo "== docstring examples of runtime/ (pytest --doctest-modules runtime)"
+	$(call LIMIT,300) $(PY) -m pytest -q -p no:cacheprovider --doctest-modules runtime
 	QT_QPA_PLATFORM=offscreen $(call LIMIT,1800) $(PY) -m pytest --ignore=tests/gui $(PYTEST_ARGS)
 	@echo "== tests/engine on the Python step (OUTRIDER_NATIVE_STEP=0: the native step's reference)"
 	OUTRIDER_NATIVE_STEP=0 $(call LIMIT,1200) $(PY) -m pytest -q -p no:cacheprovider tests/engine $(PYTEST_ARGS)

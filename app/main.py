@@ -45,6 +45,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.self_test:
+        # start-up time: `--version` and `--help` load neither Qt nor the self-test
         from app.self_test import self_test_home
 
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -151,6 +152,7 @@ def _run(args: argparse.Namespace, dirs: UserDirs) -> int:
                         settings=settings)
     try:
         if args.self_test:
+            # the self-test's checks load only when `--self-test` asks for them
             from app.self_test import run_self_test
 
             return run_self_test(app, window, args.model, args.fixtures, dirs)
@@ -185,12 +187,14 @@ def _app_icon() -> QtGui.QIcon:
 def _self_test_model(args: argparse.Namespace) -> Path:
     if args.model is not None:
         return Path(args.model)
+    # start-up time, as above: the default model's fetcher only for `--self-test`
     from runtime.library.default_model import default_model_path
 
     return default_model_path()  # fetched (and checksum-verified) if missing
 
 
 def _notify_error(window: object, path: Path, line: str) -> None:
+    # start-up time: Qt loads in `main` only once past the quick flags
     from app.qt import QtWidgets
 
     if isinstance(window, QtWidgets.QMainWindow):
@@ -198,6 +202,7 @@ def _notify_error(window: object, path: Path, line: str) -> None:
 
 
 def _show_crash_reports(window: object, reports: list[Path]) -> None:
+    # start-up time: Qt loads in `main` only once past the quick flags
     from app.crash import read_report
     from app.qt import QtWidgets
 

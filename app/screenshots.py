@@ -13,16 +13,28 @@ tab is left out.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from PySide6.QtTest import QTest
+
+from app.chat.store import ChatStore
+from app.engine.client import EngineClient, EngineState
+from app.gui_gc import collect_on_gui_thread
+from app.models.models_page import DISCOVER, DOWNLOADS, LIBRARY
 from app.qt import QtCore, QtWidgets
+from app.services.settings import SettingsController
+from app.settings.settings_page import APP, MODEL
+from app.theme import LIGHT, apply_theme
+from app.window import CHAT, FIRST_RUN, MODELS, SERVER, SETTINGS, MainWindow
+from runtime.events import SamplingParams
 from runtime.library.default_model import SMOLLM2
 from runtime.paths import UserDirs, user_dirs
 from runtime.settings.load import DraftSettings, LoadSettings
-from runtime.settings.user import ModelPrefs
+from runtime.settings.user import ModelPrefs, SettingsStore
 
 PROMPT = "Write a short Python function that reverses a string, and explain it in one sentence."
 SIZE = (1400, 880)  # while the tour loads the model and chats
@@ -35,7 +47,6 @@ class Tour(QtCore.QObject):
     def __init__(self, app: QtWidgets.QApplication, window: object, out: Path, model: Path) -> None:
         super().__init__()
         self._size = SIZE
-        from app.window import MainWindow
 
         if not isinstance(window, MainWindow):
             raise TypeError("the tour needs the main window")
@@ -46,9 +57,6 @@ class Tour(QtCore.QObject):
         self._deadline.timeout.connect(lambda: self._stop("timed out"))
 
     def start(self) -> None:
-        from app.engine.client import EngineState
-        from app.models.models_page import DISCOVER
-
         w = self.window
         w.resize(*SIZE)
         w.show()
@@ -66,9 +74,6 @@ class Tour(QtCore.QObject):
             self._on_state(EngineState.READY)
 
     def _on_state(self, state: object) -> None:
-        from app.engine.client import EngineState
-        from runtime.events import SamplingParams
-
         if state != EngineState.READY or getattr(self, "_sent", False):
             return
         self._sent = True
@@ -81,11 +86,6 @@ class Tour(QtCore.QObject):
         c.send(PROMPT)
 
     def _pages(self) -> None:
-        import dataclasses
-
-        from app.settings.settings_page import MODEL
-        from app.window import CHAT, SETTINGS
-
         w = self.window
         settings = w.settings_page
         for self._size in SIZES:
@@ -104,10 +104,6 @@ class Tour(QtCore.QObject):
         self._stop(None)
 
     def _light_pages(self) -> None:
-        from app.models.models_page import DISCOVER, DOWNLOADS, LIBRARY
-        from app.settings.settings_page import APP
-        from app.window import CHAT, FIRST_RUN, MODELS, SERVER, SETTINGS
-
         w = self.window
         w.chat.drafts_button.setChecked(True)
         self._grab("chat", before=lambda: w.show_page(CHAT))
@@ -143,7 +139,6 @@ class Tour(QtCore.QObject):
         before()
         self.window.chat.transcript.flush()
         # Let layouts and the plots settle; QTest's wait spins the loop without a busy loop.
-        from PySide6.QtTest import QTest
 
         QTest.qWait(400)
         for _ in range(50):  # background work (a library scan, a memory plan): up to 10 s
@@ -173,14 +168,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no model at {model}: run `python -m runtime.library.default_model` first", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-
-    from app.chat.store import ChatStore
-    from app.engine.client import EngineClient
-    from app.gui_gc import collect_on_gui_thread
-    from app.services.settings import SettingsController
-    from app.theme import LIGHT, apply_theme
-    from app.window import MainWindow
-    from runtime.settings.user import SettingsStore
 
     running = QtWidgets.QApplication.instance()
     app = (running if isinstance(running, QtWidgets.QApplication)

@@ -339,6 +339,7 @@ class MainWindow(QtWidgets.QMainWindow):
         """Build the dock (imports pyqtgraph) — after the first paint, or on demand."""
         if self.panels is not None or self._closed:
             return
+        # start-up time: pyqtgraph (~0.3 s) loads after the window's first paint
         from app.panels.dock import LivePanels
 
         panels = LivePanels(self._palette, self)

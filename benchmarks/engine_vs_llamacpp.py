@@ -64,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from runtime import hugepages
 from runtime.engine.engine import Engine
 from runtime.events import Finished, GenerationRequest, SamplingParams, Timings
-from runtime.openmp import reference_env
+from runtime.openmp import prepare_engine_process, reference_env
 from runtime.settings.load import LoadSettings
 
 
@@ -296,7 +296,8 @@ def main() -> int:
                     help="llama-bench holds the weights as the engine does (read into RAM on "
                          "huge pages where the engine does so; default: llama-bench's own)")
     args = ap.parse_args()
-    hugepages.restart_as_engine_process()  # the engine measured as an engine process runs
+    prepare_engine_process()  # the engine measured as an engine process runs: its spin,
+    hugepages.restart_as_engine_process()  # and its huge pages, which need a new start
 
     layers = "" if args.gpu_layers is None else f", {args.gpu_layers} GPU layers"
     into_ram = hugepages.weights_in_ram(args.model, args.gpu_layers or 0)

@@ -368,11 +368,12 @@ def main() -> int:
         model = fetch_default_model(dirs.models, dirs.cache)
     key = secrets.token_hex(16)
     if args.router:
-        from benchmarks.router_row import router_table
+        from benchmarks.router_row import router_table  # only this mode needs it
 
-        print(router_table(model, key, args.llama_server, args.router_library,
-                           args.router_requests))
-        return 0
+        table, met = router_table(model, key, args.llama_server, args.router_library,
+                                  args.router_requests)
+        print(table)
+        return 0 if met else 1
     slots = max(levels)
     results: dict[str, dict[int, Phase]] = {}
     embedded: dict[str, EmbedPhase] = {}

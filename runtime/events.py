@@ -91,6 +91,10 @@ class ConstraintSpec:
     source: str = ""
     trigger: str | None = None
     armed_after: str | None = None
+    # What holds the reply instead when its prompt opened the thinking block (a template that
+    # writes `<think>` itself): a forced call may come only after the thinking. The engine
+    # knows which once it has rendered the prompt, so the edge never renders it.
+    in_reasoning: ConstraintSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,15 @@ class TokenLogprob:
     token_id: int
     piece: bytes  # the token's bytes (a piece of a multi-byte character may be partial)
     logprob: float
+
+
+@dataclass(frozen=True)
+class ReasoningOpen:
+    """The request's prompt ends inside the model's thinking block (a template that opens
+    `<think>` itself), so its reply starts as thinking. Sent with the admission, before the
+    first token, and only then: a reply without it starts as an answer."""
+
+    request_id: str
 
 
 @dataclass(slots=True)
@@ -279,4 +292,4 @@ class ErrorEvent:
     message: str
 
 
-Event = TokenEvent | StepStats | Finished | ErrorEvent
+Event = ReasoningOpen | TokenEvent | StepStats | Finished | ErrorEvent

@@ -12,8 +12,9 @@ of an ordinary file system. So two things are needed, and llama.cpp does neither
 - that memory asked for huge pages. ggml allocates its buffers with `posix_memalign`, and
   glibc asks for THP on its large allocations when the tunable `glibc.malloc.hugetlb=1` is
   set (glibc 2.35 and later). Tunables are read as a program starts, so `huge_pages_default`
-  (called by `runtime/__init__.py`) puts it in the environment the engine processes inherit
-  (`runtime.engine.isolated`); the process that sets it gets nothing from it.
+  (called where an engine process starts: `runtime.openmp.prepare_engine_process`) puts it
+  in the environment the engine processes inherit (`runtime.engine.isolated`); the process
+  that sets it gets nothing from it, unless it starts again (`restart_as_engine_process`).
 
 `weights_in_ram` is the rule for `LoadSettings.use_mmap = None` (auto): read the file into
 RAM when this process allocates on huge pages, the model stays on the CPU, and the file
@@ -169,9 +170,11 @@ def without_ours(env: dict[str, str]) -> dict[str, str]:
 
 def restart_as_engine_process() -> None:
     """Run this program again in the environment an engine process starts with, when
-    `huge_pages_default` had to add the tunable after it started: for a benchmark that
-    measures an engine in its own process as the app's engine processes run. Returns only
-    when nothing changes (the tunable was there from the start, or does nothing here)."""
+    `huge_pages_default` (called here if it was not yet) had to add the tunable after it
+    started: `outrider run`, or a benchmark, that runs its engine in its own process as the
+    app's engine processes run. Returns only when nothing changes (the tunable was there
+    from the start, or does nothing here)."""
+    huge_pages_default()
     if _set_here:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -1,6 +1,9 @@
 """How long llama.cpp's OpenMP threads spin before they sleep, chosen before llama.cpp loads:
-libgomp reads `GOMP_SPINCOUNT` once, as the library loads, so `runtime/__init__.py` calls
-`spin_default()` before any module here imports llama_cpp (and children inherit it).
+libgomp reads `GOMP_SPINCOUNT` once, as the library loads, so a process that runs engines
+calls `spin_default()` (through `prepare_engine_process`, with the huge-page tunable of
+`runtime.hugepages`) as it starts, before anything in it imports llama_cpp; the engine
+processes it starts inherit both. Importing `runtime` sets nothing: the app's window, which
+runs no engine, keeps the environment it was given.
 
 ggml splits every op of a decode between its threads and meets them at an OpenMP barrier
 (`ggml_barrier`, ggml-cpu.c) — some 600 barriers a token for a 30-layer model. At each one
@@ -12,14 +15,22 @@ HTTP threads, another resident model, any other program) preempts one of them, i
 spins out a few ms at every barrier, and a token takes hundreds of ms. With a short spin the
 early thread sleeps soon and gives the CPU to the one it waits for.
 
-Measured, SmolLM2-135M Q4_1, 2 threads on a 2-CPU VM also running two busy processes, time
-to first token / decode (each engine in its own process, requests taken in turn):
+Measured, SmolLM2-135M Q4_1, 2 threads on a 2-CPU VM (an AMX host, 2026-12-07), time to
+first token / decode of a 64-token reply, the machine quiet or running two busy processes
+(`yes`):
 
-    GOMP_SPINCOUNT   busy VM             nothing else runnable (SCHED_FIFO)
-    300000 (libgomp) 845 ms /  4.1 tok/s  —
-    1000              87 ms / 27 tok/s    59 ms / 107 tok/s
-    300               71 ms / 42 tok/s    41 ms / 111 tok/s
-    0 (passive)       76 ms / 56 tok/s    52 ms /  43 tok/s
+    GOMP_SPINCOUNT   quiet                busy
+    300000 (libgomp) 12 ms / 92 tok/s     31 ms / 34 tok/s
+    10000            12 ms / 94 tok/s     22 ms / 36 tok/s
+    3000             12 ms / 92 tok/s     22 ms / 37 tok/s
+    1000             12 ms / 88 tok/s     30 ms / 33 tok/s
+    300              18 ms / 55 tok/s     56 ms / 27 tok/s
+    0 (passive)      32 ms / 32 tok/s     21 ms / 48 tok/s
+
+An earlier VM lost a token to hundreds of ms with libgomp's spin when busy (845 ms to the
+first token) and kept its speed at 300 rounds; this one loses 40 % of its decode at 300
+(a futex sleep and wake-up at each barrier costs more than the wait it saves). 3,000 rounds
+is as fast as the full spin when quiet and the fastest spin when busy on both.
 
 libgomp already cuts its spin (to 100) when it has more threads than CPUs; this extends that
 to "as many as CPUs", where the engine's other threads have no CPU to spare either. Where a
@@ -28,9 +39,9 @@ core is left over (an SMT machine keeps the logical ones) nothing changes. A use
 
     >>> env = {}
     >>> spin_default(env, threads=2, cpus=2)
-    '300'
+    '3000'
     >>> env
-    {'GOMP_SPINCOUNT': '300'}
+    {'GOMP_SPINCOUNT': '3000'}
     >>> spin_default({}, threads=8, cpus=16) is None     # a spare CPU per thread: as libgomp does
     True
     >>> spin_default({"GOMP_SPINCOUNT": "300000"}, threads=2, cpus=2) is None  # yours wins
@@ -44,9 +55,9 @@ from collections.abc import MutableMapping
 
 import psutil
 
-from runtime.hugepages import without_ours
+from runtime.hugepages import huge_pages_default, without_ours
 
-CROWDED_SPIN = 300  # rounds: a few µs, about what a futex sleep and wake-up cost
+CROWDED_SPIN = 3000  # rounds: tens of µs, a little more than a futex sleep and wake-up cost
 _USER_KNOBS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 _set_here = False  # spin_default() set it in os.environ
 
@@ -82,6 +93,17 @@ def spin_default(environ: MutableMapping[str, str] | None = None, *, threads: in
         global _set_here
         _set_here = True
     return env["GOMP_SPINCOUNT"]
+
+
+def prepare_engine_process() -> None:
+    """Give this process the environment an engine process runs in: libgomp's spin
+    (`spin_default`) and glibc's huge-page tunable (`runtime.hugepages.huge_pages_default`),
+    each where it helps and the user set none. Call it where such a process starts, before
+    anything in it imports llama_cpp (the command line does, in `runtime/cli/__init__.py`);
+    the children it starts (the server's engines, the load probe) inherit both, and
+    `reference_env` leaves both out again."""
+    spin_default()
+    huge_pages_default()
 
 
 def reference_env() -> dict[str, str]:

@@ -23,6 +23,9 @@ tokenizer count, `count_tokens`, once the composer has it; each image by the mod
 `image_tokens`), else as the passages a `PassageFinder` picks with the served model's
 embeddings, just before the request.
 
+What is pure lives beside it: the request's body (`app.chat.request_body`) and the reply's
+footer (`app.chat.footer`); this object keeps the state, the engine's signals and the saving.
+
 A worker that fails the model (`worker_lost` mid-reply, `worker_unavailable` at a load) is
 named in `worker_problem`, so the page can offer to reload without it (`settings_without`):
 the reply keeps its text so far and its error, the message it answers stays.
@@ -44,16 +47,18 @@ from app.chat.conversation import (
     MessageTree,
     title_for,
 )
+from app.chat.footer import footer_stats
 from app.chat.generation import Generation
 from app.chat.lost_worker import lost_worker, without_worker
-from app.chat.message_content import api_content, keep_attachments, tokens_used
+from app.chat.message_content import keep_attachments, tokens_used
+from app.chat.request_body import request_body
 from app.chat.retrieval import PassageFinder
 from app.chat.store import ChatStore
 from app.engine.client import EngineClient, EngineState
 from app.engine.json_call import JsonCall
-from app.engine.wire import ReplyDelta, ReplyError, ReplyFinished
+from app.engine.wire import ReplyError, ReplyFinished, TextDelta
 from app.qt import QtCore, Signal
-from runtime.events import SamplingParams, SpecSummary
+from runtime.events import SamplingParams
 from runtime.settings.load import LoadSettings
 
 SAVE_INTERVAL_MS = 500
@@ -417,7 +422,10 @@ class ChatController(QtCore.QObject):
             return
         gen.message.status = "streaming"
         gen.sent_at = time.perf_counter()
-        stream = self._client.chat(self._request_body(gen.message))
+        model = self._client.model
+        stream = self._client.chat(request_body(
+            self.store, self.conversation, self.tree.path(gen.message.id)[:-1],
+            model.name if model is not None else None))
         stream.delta.connect(self._on_delta)
         stream.step.connect(self.step_received)
         stream.finished.connect(self._on_finished)
@@ -475,35 +483,7 @@ class ChatController(QtCore.QObject):
             finder.cancel()
             finder.deleteLater()
 
-    def _request_body(self, reply: Message) -> dict[str, Any]:
-        conv = self.conversation
-        history = [m for m in self.tree.path(reply.id)[:-1] if m.content or m.attachments]
-        # Earlier replies go back as their answers only, never with their thinking: the
-        # templates of reasoning models drop past thinking themselves (Qwen3, DeepSeek-R1),
-        # and sending it would only cost context. A reply that is all thinking is left out.
-        messages = [{"role": m.role, "content": api_content(self.store, m)} for m in history]
-        system_prompt = conv.system_prompt if conv else ""
-        if system_prompt.strip():
-            messages.insert(0, {"role": "system", "content": system_prompt})
-        s = conv.sampling if conv else DEFAULT_SAMPLING
-        body: dict[str, Any] = {
-            "messages": messages, "max_tokens": s.max_tokens, "temperature": s.temperature,
-            "top_p": s.top_p, "top_k": s.top_k, "min_p": s.min_p,
-            "frequency_penalty": s.frequency_penalty, "presence_penalty": s.presence_penalty,
-            "repeat_penalty": s.repeat_penalty,
-        }
-        if s.seed is not None:
-            body["seed"] = s.seed
-        if s.stop:
-            body["stop"] = list(s.stop)
-        if self._client.model is not None:
-            body["model"] = self._client.model.name
-        response_format = schema.response_format(conv.response_schema) if conv else None
-        if response_format is not None:
-            body["response_format"] = response_format
-        return body
-
-    def _on_delta(self, delta: ReplyDelta) -> None:
+    def _on_delta(self, delta: TextDelta) -> None:
         gen = self._generation
         if gen is None:
             return
@@ -550,45 +530,13 @@ class ChatController(QtCore.QObject):
         self._save_timer.stop()
         message = gen.message
         message.status = status  # type: ignore[assignment]
-        message.stats = self._footer(gen, result)
+        message.stats = footer_stats(gen.streamed(), result, now=time.perf_counter())
         self.store.save_message(message)
         if self.conversation is not None and self.conversation.id == message.conversation_id:
             self.store.save_conversation(self.conversation)
         self.message_changed.emit(message.id)
         self.busy_changed.emit(False)
         self.reply_finished.emit(message)
-
-    def _footer(self, gen: Generation, result: ReplyFinished | None) -> dict[str, Any]:
-        stats: dict[str, Any] = {"tokens": gen.tokens}
-        if "thinking_s" in gen.message.stats:
-            stats["thinking_s"] = gen.message.stats["thinking_s"]
-        if gen.first_token_at is not None and gen.sent_at:
-            stats["ttft_s"] = gen.first_token_at - gen.sent_at
-        if result is not None:
-            stats["finish"] = result.reason
-            if result.usage is not None:
-                stats["tokens"] = result.usage.completion_tokens
-                stats["prompt_tokens"] = result.usage.prompt_tokens
-                stats["cached_tokens"] = result.usage.cached_tokens
-                if result.usage.resumed_tokens:
-                    stats["resumed_tokens"] = result.usage.resumed_tokens
-                    stats["restore_s"] = result.timings.restore_s if result.timings else 0.0
-            if result.timings is not None:
-                stats["ttft_s"] = result.timings.ttft_s
-                stats["tokens_per_s"] = result.timings.decode_tokens_per_s
-                stats["prefill_tokens_per_s"] = result.timings.prefill_tokens_per_s
-            if result.speculative is not None:
-                stats.update(speculative_footer(result.speculative))
-        if "tokens_per_s" not in stats and gen.first_token_at is not None and gen.tokens > 1:
-            elapsed = time.perf_counter() - gen.first_token_at
-            if elapsed > 0:
-                stats["tokens_per_s"] = (gen.tokens - 1) / elapsed
-        if gen.thinking_tokens or gen.message.reasoning:
-            # The server's count is the total; the thinking is what the chunks said, and the
-            # answer the rest (tokens the stream never showed, such as the end, go with it).
-            stats["thinking_tokens"] = min(gen.thinking_tokens, stats["tokens"])
-            stats["answer_tokens"] = stats["tokens"] - stats["thinking_tokens"]
-        return stats
 
     def _save_progress(self) -> None:
         gen = self._generation
@@ -618,20 +566,6 @@ class ChatController(QtCore.QObject):
             self._fail(gen, error)  # says which worker, if one failed the load
         else:
             self._report_worker(error)
-
-
-def speculative_footer(spec: SpecSummary) -> dict[str, Any]:
-    """The footer's speculative entries: the engine's figures as it sent them (computed by
-    `runtime.speculative.stats`), never recomputed here; the Speculative panel shows these
-    same numbers once the reply ended.
-
-    >>> speculative_footer(SpecSummary(12, 11, 11 / 12, 4.67, 2.1))["acceptance_rate"]
-    0.9166666666666666
-    """
-    return {"drafted": spec.drafted, "accepted": spec.accepted,
-            "acceptance_rate": spec.acceptance_rate,
-            "mean_accepted_length": spec.mean_accepted_length,
-            "measured_speedup": spec.measured_speedup}
 
 
 def copy_sampling(sampling: SamplingParams, **changes: Any) -> SamplingParams:

@@ -33,9 +33,9 @@ from typing import Any
 
 from app.chat.attachments import Attachment, used_passages
 from app.chat.conversation import Conversation, Message, MessageTree
+from app.chat.footer import footer_text
 from app.chat.media_files import MediaFiles, file_name
 from runtime.atomic_file import write_text
-from runtime.units import fmt_latency, fmt_rate
 
 FORMAT_VERSION = 1
 
@@ -120,37 +120,6 @@ def thought_for(stats: dict[str, Any]) -> str:
         return f"Thought for {seconds:.1f} s"
     minutes, rest = divmod(round(seconds), 60)
     return f"Thought for {minutes} min {rest} s"
-
-
-def footer_text(stats: dict[str, Any]) -> str:
-    """The reply footer: tokens (thinking and answer apart when the model thought) · tok/s ·
-    TTFT · acceptance (accepted/drafted) · what a saved KV cache spared.
-
-    >>> footer_text({"tokens": 42, "tokens_per_s": 35.06, "ttft_s": 0.213,
-    ...              "acceptance_rate": 0.62, "drafted": 50, "accepted": 31})
-    '42 tokens · 35.1 tok/s · TTFT 213 ms · acceptance 62% (31/50 drafted)'
-    >>> footer_text({"tokens": 9, "resumed_tokens": 3912, "restore_s": 0.2134})
-    '9 tokens · resumed 3,912 cached tokens in 0.21 s'
-    >>> footer_text({"tokens": 400, "thinking_tokens": 312, "answer_tokens": 88})
-    '312 thinking + 88 answer tokens'
-    """
-    parts: list[str] = []
-    if "thinking_tokens" in stats:
-        parts.append(f"{stats['thinking_tokens']} thinking + "
-                     f"{stats.get('answer_tokens', 0)} answer tokens")
-    elif "tokens" in stats:
-        parts.append(f"{stats['tokens']} tokens")
-    if stats.get("tokens_per_s"):
-        parts.append(fmt_rate(stats["tokens_per_s"]))
-    if stats.get("ttft_s") is not None:
-        parts.append(f"TTFT {fmt_latency(stats['ttft_s'])}")
-    if stats.get("drafted"):
-        parts.append(f"acceptance {stats.get('acceptance_rate', 0.0):.0%} "
-                     f"({stats.get('accepted', 0)}/{stats['drafted']} drafted)")
-    if stats.get("resumed_tokens"):
-        parts.append(f"resumed {stats['resumed_tokens']:,} cached tokens in "
-                     f"{stats.get('restore_s', 0.0):.2f} s")
-    return " · ".join(parts)
 
 
 def export_conversation(conv: Conversation, tree: MessageTree, path: Path,

@@ -2,8 +2,9 @@
 (time to the first token, tokens of thinking and of answer).
 
     gen = Generation(message)
-    gen.count(delta)          # each ReplyDelta as it arrives
+    gen.count(delta)          # each TextDelta as it arrives
     gen.thinking_tokens, gen.answer_tokens
+    gen.streamed()            # what the footer takes of it (app.chat.footer)
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.chat.conversation import Message
+from app.chat.footer import Streamed
 from app.chat.retrieval import PassageFinder
 from app.engine.client import ReplyStream
-from app.engine.wire import ReplyDelta
+from app.engine.wire import TextDelta
 
 
 @dataclass
@@ -35,7 +37,7 @@ class Generation:
     server_counts: bool = False  # the stream carries token ids (Outrider's server does)
     thinking_first_at: float | None = None
 
-    def count(self, delta: ReplyDelta) -> None:
+    def count(self, delta: TextDelta) -> None:
         """Add a chunk's tokens to the thinking or the answer.
 
         Each chunk carries the ids of the tokens behind it (`outrider.token_ids`), so these
@@ -47,8 +49,8 @@ class Generation:
         token ids at all, each chunk counts as one.
 
         >>> gen = Generation(Message(1, 1, None, "assistant", "", 0.0))
-        >>> for d in (ReplyDelta("", (1,)), ReplyDelta("", (2, 3), reasoning="Hm"),
-        ...           ReplyDelta("", (4,)), ReplyDelta("Yes", (5, 6)), ReplyDelta("!")):
+        >>> for d in (TextDelta("", (1,)), TextDelta("", (2, 3), reasoning="Hm"),
+        ...           TextDelta("", (4,)), TextDelta("Yes", (5, 6)), TextDelta("!")):
         ...     gen.count(d)
         >>> gen.thinking_tokens, gen.answer_tokens
         (4, 2)
@@ -75,6 +77,13 @@ class Generation:
             return
         self.held_tokens = 0
         self.last_kind = "answer" if delta.text else "thinking"
+
+    def streamed(self) -> Streamed:
+        """What the footer takes of this reply so far (`app.chat.footer.footer_stats`)."""
+        thinking_s = self.message.stats.get("thinking_s")
+        return Streamed(self.tokens, self.thinking_tokens, bool(self.message.reasoning),
+                        self.sent_at, self.first_token_at,
+                        thinking_s if isinstance(thinking_s, int | float) else None)
 
     def _add(self, kind: str, n: int) -> None:
         if kind == "thinking":

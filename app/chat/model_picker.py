@@ -21,6 +21,7 @@ from app.engine.wire import ReplyError, ServedModel
 from app.qt import Qt, QtWidgets, Signal
 from app.services.background import BackgroundRunner
 from app.services.memory_terms import BUFFERS, BUFFERS_TIP, PLANNED_TIP
+from app.services.projectors import plan_model as plan_with_projector
 from app.widgets import ElidedLabel
 from runtime.errors import OutriderError
 from runtime.library.projectors import is_projector_name
@@ -51,8 +52,6 @@ def library_models(models_dir: Path) -> list[Path]:
 def plan_model(settings: LoadSettings) -> dict[str, Any]:
     """The memory plan for `settings` as a dict, its projector counted (runs on the
     background thread)."""
-    from app.services.projectors import plan_model as plan_with_projector
-
     return plan_with_projector(settings)
 
 

@@ -26,7 +26,8 @@ import itertools
 from app.chat.attachment_views import AttachmentStrip, ImageViewer, PassagesLine, pixmap_of
 from app.chat.attachments import Attachment
 from app.chat.conversation import Message, MessageTree
-from app.chat.export import footer_text, thought_for
+from app.chat.export import thought_for
+from app.chat.footer import footer_text
 from app.chat.markdown import MarkdownRenderer, json_block, segment_bounds
 from app.chat.media_files import MediaFiles
 from app.chat.thinking import Body, ThinkingBlock

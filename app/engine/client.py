@@ -10,7 +10,7 @@ model back: a chat's next Send restarts the engine and carries on.
     client.load(LoadSettings(model_path=path))        # starts the engine first if needed
     client.state_changed.connect(...)                  # … LOADING → READY
     stream = client.chat({"messages": [{"role": "user", "content": "Hi"}]})
-    stream.delta.connect(on_text)                      # ReplyDelta, as tokens arrive
+    stream.delta.connect(on_text)                      # TextDelta, as tokens arrive
     stream.finished.connect(on_done)                   # ReplyFinished (timings, usage …)
     stream.errored.connect(on_error)                   # ReplyError, never text in the reply
 """

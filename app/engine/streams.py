@@ -10,11 +10,11 @@ import json
 import time
 
 from app.engine.wire import (
-    ReplyDelta,
     ReplyError,
     ReplyFinished,
     SseEvent,
     SseParser,
+    TextDelta,
     WireError,
     parse_chat_chunk,
     parse_error_body,
@@ -163,7 +163,7 @@ class ReplyStream(_SseCall):
     """A streaming chat completion.
 
     Signals:
-        delta(ReplyDelta): new text (and its tokens) as it arrives.
+        delta(TextDelta): new text (and its tokens) as it arrives.
         step(StepStats): speculative statistics of a round.
         finished(ReplyFinished): the reply ended (stop, length, or cancelled by `cancel()`).
         errored(ReplyError): the request failed; emitted instead of `finished`.
@@ -187,7 +187,7 @@ class ReplyStream(_SseCall):
             self._end(parse_error_body(event.data.encode(), 500))
             return
         for item in parse_chat_chunk(payload):
-            if isinstance(item, ReplyDelta):
+            if isinstance(item, TextDelta):
                 self.delta.emit(item)
             elif isinstance(item, StepStats):
                 self.step.emit(item)

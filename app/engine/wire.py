@@ -112,7 +112,7 @@ def parse_ready_line(line: str, api_key: str) -> ServerAddress | None:
 
 
 @dataclass(frozen=True)
-class ReplyDelta:
+class TextDelta:
     """New text of a streaming reply, with the tokens behind it when the server says.
     `text` is answer text (`delta.content`), `reasoning` the model's thinking that the server
     split out of it (`delta.reasoning_content`); one chunk may carry either, both or neither
@@ -148,7 +148,7 @@ class ReplyError:
     code: str = ""
 
 
-ChunkItem = ReplyDelta | StepStats | ReplyFinished
+ChunkItem = TextDelta | StepStats | ReplyFinished
 
 
 def _num(data: dict[str, Any], key: str, default: float = 0.0) -> float:
@@ -209,7 +209,7 @@ def parse_chat_chunk(payload: dict[str, Any]) -> list[ChunkItem]:
 
     >>> parse_chat_chunk({"id": "c1", "choices": [{"index": 0, "delta": {"content": "Hi"},
     ...     "finish_reason": None}], "outrider": {"token_ids": [5], "from_draft": [True]}})
-    [ReplyDelta(text='Hi', token_ids=(5,), from_draft=(True,), reasoning='')]
+    [TextDelta(text='Hi', token_ids=(5,), from_draft=(True,), reasoning='')]
     >>> parse_chat_chunk({"choices": [{"index": 0, "delta": {"reasoning_content": "Hm"}}],
     ...     "outrider": {"token_ids": [7, 8]}})[0].reasoning
     'Hm'
@@ -231,7 +231,7 @@ def parse_chat_chunk(payload: dict[str, Any]) -> list[ChunkItem]:
     token_ids = tuple(int(t) for t in extra.get("token_ids") or ())
     from_draft = tuple(bool(f) for f in extra.get("from_draft") or ())
     if text or reasoning or token_ids:
-        items.append(ReplyDelta(text, token_ids, from_draft, reasoning))
+        items.append(TextDelta(text, token_ids, from_draft, reasoning))
     if isinstance(extra.get("step"), dict):
         items.append(parse_step(str(payload.get("id", "")), 0, extra["step"]))
     reason = choice.get("finish_reason")

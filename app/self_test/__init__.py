@@ -64,6 +64,7 @@ if TYPE_CHECKING:  # Qt loads lazily: packaging/self_test_fixtures.py imports th
 def run_self_test(app: QtWidgets.QApplication, window: MainWindow, model: Path,
                   fixtures: Path | None = None, home: UserDirs | None = None) -> int:
     """Run every check against `window`; the exit code (0: all passed)."""
+    # circle: the checks import this package (`fixtures`); Qt only once the window exists
     from app.qt import QtCore
     from app.self_test.checks import CHECKS
     from app.self_test.runner import SelfTest

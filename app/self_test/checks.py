@@ -10,6 +10,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from jsonschema import ValidationError, validate
+
 from app.chat.attachments import PendingDocument, PendingImage
 from app.chat.conversation import Message
 from app.chat.message_content import api_content
@@ -134,8 +136,6 @@ def check_structured(test: SelfTest, result: Result) -> None:
               "the chat refused to send")
 
     def replied(message: Message) -> None:
-        from jsonschema import ValidationError, validate
-
         _need(message.status == "done",
               f"the reply ended as {message.status}: {message.error or 'no text'}")
         try:
@@ -168,8 +168,6 @@ def check_tool_call(test: SelfTest, result: Result) -> None:
         test.http(result, "POST", "/v1/chat/completions", body, answered)
 
     def answered(reply: dict[str, Any]) -> None:
-        from jsonschema import ValidationError, validate
-
         choice = reply["choices"][0]
         calls = choice["message"].get("tool_calls") or []
         _need(calls, f"no tool call (finish {choice.get('finish_reason')}): "

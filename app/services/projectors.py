@@ -2,7 +2,7 @@
 counts it, and fetching a projector that is missing.
 
     settings = load_settings_for(app_settings, path)     # the remembered settings + mmproj beside it
-    plan = plan_model(settings)                          # a MemoryPlan dict, projector counted
+    plan = plan_model(settings)                          # a MemoryPlan dict: projector, draft
     choice = find_projector(hub, "ggml-org/gemma-3-4b-it-GGUF")   # on the network thread
     job = queue_projector(manager, model, choice)        # on the disk thread: same queue, resumable
 
@@ -25,6 +25,7 @@ from runtime.hub.quants import ProjectorChoice, choose_projector
 from runtime.library.library import LibraryModel
 from runtime.library.projectors import library_roots, with_projector
 from runtime.paths import user_dirs
+from runtime.planner.gpu_layers import read_draft_info
 from runtime.planner.plan import plan_memory
 from runtime.settings.load import LoadSettings
 from runtime.settings.user import AppSettings
@@ -58,10 +59,13 @@ def projector_info_for(settings: LoadSettings,
 
 
 def plan_model(settings: LoadSettings, devices: list[Any] | None = None) -> dict[str, Any]:
-    """The memory plan of `settings` as a dict (`MemoryPlan.to_dict()`), its projector counted:
-    what the model picker shows before a load (disk: call it off the GUI thread)."""
+    """The memory plan of `settings` as a dict (`MemoryPlan.to_dict()`), its projector and
+    its draft model counted, as the engine's plan of the load counts them
+    (`runtime.planner.gpu_layers`): what the model picker shows before a load (disk: call it
+    off the GUI thread)."""
     info: ModelInfo = read_model_info(settings.model_path)
-    return plan_memory(info, settings, devices, projector=projector_info_for(settings)).to_dict()
+    return plan_memory(info, settings, devices, draft=read_draft_info(settings),
+                       projector=projector_info_for(settings)).to_dict()
 
 
 def find_projector(hub: Hub, repo_id: str) -> ProjectorChoice | None:

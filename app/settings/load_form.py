@@ -21,6 +21,7 @@ from app.services.drafts import DraftCandidate
 from app.settings.kv_notes import kv_note
 from app.settings.moe_spin import ExpertLayersSpin
 from app.settings.workers_field import WorkersField
+from runtime.errors import SettingsError
 from runtime.events import SamplingParams
 from runtime.settings.load import KV_CACHE_TYPES, DraftSettings, LoadSettings
 from runtime.settings.user import ModelPrefs
@@ -256,8 +257,6 @@ class LoadForm(QtWidgets.QWidget):
         kind = self.draft_kind.currentData()
         draft_path = self.draft_model.currentData(PATH_ROLE)
         if kind == "model" and not draft_path:
-            from runtime.errors import SettingsError
-
             raise SettingsError("choose a compatible draft model (or another kind of drafting)")
         base = self._base.load.draft
         draft = DraftSettings(kind=kind, model_path=Path(draft_path) if kind == "model" else None,

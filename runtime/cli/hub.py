@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from runtime.cli.load_args import FIT, add_load_flags, load_settings
 from runtime.downloads.manager import (
     DownloadEvent,
     DownloadManager,
@@ -54,7 +55,7 @@ from runtime.hub.quants import (
 )
 from runtime.library.library import Library, LibraryModel
 from runtime.paths import user_dirs
-from runtime.settings.load import KV_CACHE_TYPES, LoadSettings
+from runtime.settings.load import LoadSettings
 from runtime.settings.user import SettingsStore
 from runtime.units import fmt_bytes, fmt_duration
 
@@ -100,10 +101,9 @@ def register(subparsers: Any) -> None:
 
 
 def _add_fit_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ctx", type=int, default=None,
-                   help="context length for the fit (default: the settings', 4096)")
-    p.add_argument("--kv-k", default=None, choices=list(KV_CACHE_TYPES), help="K cache type")
-    p.add_argument("--kv-v", default=None, choices=list(KV_CACHE_TYPES), help="V cache type")
+    add_load_flags(p, *FIT, defaults={"--ctx": "the settings', 4096",
+                                      "--kv-k": "the settings', f16",
+                                      "--kv-v": "the settings', f16"})
     p.add_argument("--prefer", default=None, choices=list(PREFERRED_QUANTS),
                    help=f"preferred quant level (default: the settings', {DEFAULT_PREFERRED})")
 
@@ -135,8 +135,8 @@ def _hub(d: _Defaults, token: str | None = None) -> Hub:
 
 
 def _settings(args: argparse.Namespace, d: _Defaults) -> LoadSettings:
-    return LoadSettings(model_path=Path("model.gguf"), n_ctx=args.ctx or d.n_ctx,
-                        type_k=args.kv_k or d.type_k, type_v=args.kv_v or d.type_v)
+    return load_settings(args, LoadSettings(model_path=Path("model.gguf"), n_ctx=d.n_ctx,
+                                            type_k=d.type_k, type_v=d.type_v))
 
 
 # -- search / show ----------------------------------------------------------------------------

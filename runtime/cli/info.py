@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from runtime.cli.load_args import FIT, add_load_flags, load_settings
 from runtime.gguf.info import ModelInfo, read_model_info
 from runtime.gguf.projector import ProjectorInfo, projector_info, read_projector_info
 from runtime.gguf.remote import read_remote_header, read_remote_model_info
@@ -24,37 +25,31 @@ from runtime.llama.stepper import native_step_status
 from runtime.planner.devices import list_devices
 from runtime.planner.plan import MemoryPlan, plan_memory
 from runtime.sampling.native import native_status
-from runtime.settings.load import KV_CACHE_TYPES, LoadSettings
+from runtime.settings.load import LoadSettings
 from runtime.units import MIB, fmt_bytes, fmt_count
 
 
 def register(subparsers: Any) -> None:
     info = subparsers.add_parser("info", help="show a model's metadata and its memory plan")
     info.add_argument("model", help="a .gguf file or an http(s) URL")
-    _add_projector_options(info)
+    add_load_flags(info, "--mmproj", defaults=_PROJECTOR_DEFAULT)
+    info.add_argument("--no-mmproj", action="store_true", help="plan without a projector")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(handler=run_info)
 
     plan = subparsers.add_parser("plan", help="plan memory for a model and load settings")
     plan.add_argument("model", help="a .gguf file or an http(s) URL")
-    plan.add_argument("--ctx", type=int, default=4096, help="context length (default 4096)")
-    plan.add_argument("--kv-k", default="f16", choices=list(KV_CACHE_TYPES), help="K cache type")
-    plan.add_argument("--kv-v", default="f16", choices=list(KV_CACHE_TYPES), help="V cache type")
-    plan.add_argument("--gpu-layers", type=int, default=None, help="layers on GPU (default: auto)")
-    plan.add_argument("--ubatch", type=int, default=512, help="micro-batch size (default 512)")
-    plan.add_argument("--parallel", type=int, default=1, help="parallel sequences (default 1)")
-    plan.add_argument("--flash-attn", default="auto", choices=["auto", "on", "off"])
-    plan.add_argument("--draft", default=None, help="a draft model (.gguf or URL) to include")
-    _add_projector_options(plan)
+    add_load_flags(plan, *PLAN_FLAGS, defaults=_PROJECTOR_DEFAULT)
+    plan.add_argument("--no-mmproj", action="store_true", help="plan without a projector")
     plan.add_argument("--json", action="store_true", help="print JSON")
     plan.set_defaults(handler=run_plan)
 
 
-def _add_projector_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mmproj", default=None, metavar="FILE",
-                   help="a vision model's projector (.gguf or URL) to include (default: the "
-                        "mmproj*.gguf beside a local model)")
-    p.add_argument("--no-mmproj", action="store_true", help="plan without a projector")
+# The load flags a memory plan depends on. A draft counts as a second model to hold; its
+# length and acceptance rule change no memory, threads neither.
+PLAN_FLAGS = (*FIT, "--flash-attn", "--ubatch", "--gpu-layers", "--parallel", "--draft",
+              "--mmproj")
+_PROJECTOR_DEFAULT = {"--mmproj": "the mmproj*.gguf beside a local model"}
 
 
 def load_projector(args: argparse.Namespace) -> ProjectorInfo | None:
@@ -97,11 +92,8 @@ def run_info(args: argparse.Namespace) -> int:
 
 def run_plan(args: argparse.Namespace) -> int:
     info = load_info(args.model)
-    draft = load_info(args.draft) if args.draft else None
-    settings = LoadSettings(model_path=Path(args.model), n_ctx=args.ctx, type_k=args.kv_k,
-                            type_v=args.kv_v, gpu_layers=args.gpu_layers, n_ubatch=args.ubatch,
-                            n_batch=max(512, args.ubatch), n_parallel=args.parallel,
-                            flash_attn=args.flash_attn)
+    settings = load_settings(args, LoadSettings(model_path=Path(args.model)))
+    draft = load_info(args.draft) if settings.draft.kind == "model" else None
     plan = plan_memory(info, settings, list_devices(), draft, projector=load_projector(args))
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))

@@ -19,8 +19,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from runtime.cli.load_args import FIT, add_load_flags, load_settings
 from runtime.errors import SettingsError
-from runtime.settings.load import KV_CACHE_TYPES
+from runtime.paths import user_dirs
+from runtime.settings.load import KV_CACHE_TYPES, LoadSettings
 from runtime.units import fmt_bytes
 
 
@@ -59,13 +61,13 @@ def register(subparsers: Any) -> None:
                               "reference run saved with --save-kld-base.")
     e.add_argument("model", type=Path)
     e.add_argument("--text", type=Path, help="a UTF-8 text file (default: the shipped text)")
-    e.add_argument("--ctx", type=int, default=512, help="context per chunk (default 512)")
     e.add_argument("--batch", type=int, default=512, help="batch size (default 512)")
     e.add_argument("--chunks", type=int, default=None, help="score only the first N chunks")
-    e.add_argument("--kv-k", default="f16", choices=list(KV_CACHE_TYPES), help="K cache type")
-    e.add_argument("--kv-v", default="f16", choices=list(KV_CACHE_TYPES), help="V cache type")
-    e.add_argument("--threads", type=int, default=None)
-    e.add_argument("--gpu-layers", type=int, default=None)
+    # --ctx is the chunk length; a flag left out keeps EvalOptions' default, not a load's.
+    add_load_flags(e, *FIT, "--threads", "--gpu-layers",
+                   defaults={"--ctx": "512",
+                             "--threads": "the CPUs this process may use",
+                             "--gpu-layers": "where llama.cpp's defaults put them"})
     e.add_argument("--kld-base", type=Path, help="reference file to compare against")
     e.add_argument("--save-kld-base", type=Path, help="save this run as a reference")
     e.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -104,6 +106,7 @@ class _Misnamed(argparse.Action):
 
 
 def run_quantize(args: argparse.Namespace) -> int:
+    # start-up time: only `quantize` loads the quantizer
     from runtime.quality.quantize import (
         QuantProgress,
         QuantRecipe,
@@ -141,6 +144,7 @@ def run_quantize(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    # start-up time: only `eval` loads the evaluator
     from runtime.quality.evaluate import EvalOptions, default_text, evaluate
 
     if args.text is not None:
@@ -150,8 +154,10 @@ def run_eval(args: argparse.Namespace) -> int:
             raise SettingsError(f"cannot read {args.text} as UTF-8 text: {exc}") from exc
     else:
         text = default_text()
-    opts = EvalOptions(n_ctx=args.ctx, n_batch=args.batch, type_k=args.kv_k, type_v=args.kv_v,
-                       n_threads=args.threads, gpu_layers=args.gpu_layers,
+    # Read as a load's flags are (one check, one message), then handed to the evaluation.
+    load = load_settings(args, LoadSettings(model_path=args.model, n_ctx=EvalOptions.n_ctx))
+    opts = EvalOptions(n_ctx=load.n_ctx, n_batch=args.batch, type_k=load.type_k,
+                       type_v=load.type_v, n_threads=load.n_threads, gpu_layers=load.gpu_layers,
                        max_chunks=args.chunks)
     tty = sys.stderr.isatty()
 
@@ -192,8 +198,8 @@ def _ints_or_none(text: str, none_word: str) -> tuple[int | None, ...]:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    # start-up time: only `bench` loads the engine and the sweep
     from runtime.engine.build import build_engine
-    from runtime.paths import user_dirs
     from runtime.quality.bench import (
         SweepSpec,
         format_row,

@@ -45,6 +45,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
+from runtime.cli.load_args import DRAFT, ENGINE, add_load_flags, load_settings
 from runtime.engine.api import EngineAPI, LoadedModel, RequestHandle
 from runtime.engine.build import build_engine
 from runtime.engine.engine import Engine
@@ -61,7 +62,7 @@ from runtime.events import (
 )
 from runtime.library.projectors import with_projector
 from runtime.media.images import normalized_rgb
-from runtime.settings.load import KV_CACHE_TYPES, DraftSettings, LoadSettings
+from runtime.settings.load import LoadSettings
 from runtime.units import fmt_latency, fmt_rate
 
 # Small instruct models answer far better with a plain system message than with the
@@ -94,39 +95,16 @@ def register(subparsers: Any) -> None:
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="a .gguf file, or 'default' for the default model")
-    p.add_argument("--mmproj", default=None, metavar="FILE",
-                   help="a vision model's projector (mmproj .gguf): lets it read images "
-                        "(default: the mmproj*.gguf in the model's folder, if any)")
     p.add_argument("--max-tokens", type=int, default=512, help="most tokens to generate (512)")
     p.add_argument("--temp", "--temperature", dest="temp", type=float, default=0.8,
                    help="temperature; 0 = greedy (0.8)")
     p.add_argument("--seed", type=int, default=None, help="sampling seed (random if unset)")
-    p.add_argument("--ctx", type=int, default=4096, help="context length in tokens (4096)")
-    kv = sorted(KV_CACHE_TYPES)
-    p.add_argument("--kv-k", default="f16", choices=kv, metavar="TYPE", help="K cache type (f16)")
-    p.add_argument("--kv-v", default="f16", choices=kv, metavar="TYPE",
-                   help="V cache type (f16); a quantized V turns flash attention on")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (one per physical core)")
-    p.add_argument("--gpu-layers", type=int, default=None,
-                   help="layers on the GPU (default: as many as the memory planner finds fit)")
-    p.add_argument("--worker", action="append", default=[], metavar="HOST:PORT",
-                   help="another machine's `outrider worker` to hold part of the model "
-                        "(repeatable; the layers split by free memory; docs/distributed.md)")
-    p.add_argument("--tensor-split", default=None, metavar="A,B,...",
-                   help="each worker's (then each GPU's) share of the offloaded layers, "
-                        "e.g. 1,1 (default: by free memory)")
-    p.add_argument("--draft", default=None, metavar="DRAFT|ngram",
-                   help="speculative decoding: a draft .gguf sharing the vocabulary, or 'ngram' "
-                        "(prompt lookup)")
-    p.add_argument("--draft-k", default="auto", metavar="auto|N",
-                   help="draft length: adaptive (auto, the default) or a fixed N")
-    p.add_argument("--verifier", default="leviathan", choices=["leviathan", "greedy_match"],
-                   help="acceptance rule: leviathan (min(1, p/q), the default) or greedy_match "
-                        "(llama.cpp's)")
+    add_load_flags(p, *ENGINE, *DRAFT)
 
 
 def _model_path(name: str) -> Path:
     if name == "default":
+        # start-up time: the default model's fetcher loads only when it is asked for
         from runtime.library.default_model import default_model_path
 
         return default_model_path()
@@ -135,25 +113,7 @@ def _model_path(name: str) -> Path:
 
 def _settings(args: argparse.Namespace) -> LoadSettings:
     # Without --mmproj, a vision model's projector beside it (runtime.library.projectors).
-    return with_projector(LoadSettings(
-        model_path=_model_path(args.model), n_ctx=args.ctx, type_k=args.kv_k,
-        type_v=args.kv_v, n_threads=args.threads, gpu_layers=args.gpu_layers,
-        draft=_draft(args), mmproj_path=Path(args.mmproj).expanduser() if args.mmproj else None,
-        workers=tuple(args.worker), tensor_split=tensor_split_arg(args.tensor_split)))
-
-
-def tensor_split_arg(text: str | None) -> tuple[float, ...] | None:
-    """--tensor-split "3,1" → (3.0, 1.0); a one-line SettingsError for anything else.
-
-        >>> tensor_split_arg("1, 1")
-        (1.0, 1.0)
-    """
-    if text is None:
-        return None
-    try:
-        return tuple(float(part) for part in text.split(","))
-    except ValueError:
-        raise SettingsError(f"--tensor-split takes shares like 3,1, not {text!r}") from None
+    return with_projector(load_settings(args, LoadSettings(model_path=_model_path(args.model))))
 
 
 def _engine(args: argparse.Namespace, *, profile: bool = False) -> EngineAPI:
@@ -182,28 +142,12 @@ def _images(paths: list[str]) -> tuple[bytes, ...]:
     return tuple(images)
 
 
-def _draft(args: argparse.Namespace) -> DraftSettings:
-    if args.draft is None:
-        return DraftSettings()
-    k_text = str(args.draft_k).strip().lower()
-    if k_text == "auto":
-        k = None
-    elif k_text.isdigit():
-        k = int(k_text)
-    else:
-        raise SettingsError(f"--draft-k must be auto or a number, not {args.draft_k!r}")
-    if args.draft == "ngram":
-        return DraftSettings(kind="ngram", k=k, verifier=args.verifier)
-    return DraftSettings(kind="model", model_path=_model_path(args.draft), k=k,
-                         verifier=args.verifier)
-
-
 def _sampling(args: argparse.Namespace) -> SamplingParams:
     return SamplingParams(temperature=args.temp, max_tokens=args.max_tokens, seed=args.seed)
 
 
-def _load(engine: EngineAPI, args: argparse.Namespace, err: TextIO, *, raw: bool = False) -> None:
-    info = engine.load(_settings(args))
+def _load(engine: EngineAPI, settings: LoadSettings, err: TextIO, *, raw: bool = False) -> None:
+    info = engine.load(settings)
     draft = f", draft {info.draft}" if info.draft else ""
     print(f"{info.name}: {info.architecture}, {info.quant}, context {info.n_ctx}{draft}",
           file=err)
@@ -282,9 +226,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.image and args.raw:
         raise SettingsError("--image needs the chat template (it places the image): drop --raw")
     images = _images(args.image)  # a bad image is said before the model loads
+    settings = _settings(args)  # and a bad load flag before an engine starts
     engine = _engine(args, profile=args.profile)
     try:
-        _load(engine, args, err, raw=args.raw)
+        _load(engine, settings, err, raw=args.raw)
         if args.raw:
             request = GenerationRequest(prompt=args.prompt, sampling=_sampling(args))
         else:
@@ -302,11 +247,12 @@ def _run(args: argparse.Namespace) -> int:
 
 def _chat(args: argparse.Namespace, lines: Iterable[str] | None = None) -> int:
     out, err = sys.stdout, sys.stderr
+    settings = _settings(args)  # a bad load flag is said before an engine starts
     engine = _engine(args)
     system = [ChatMessage("system", args.system)] if args.system else []
     history: list[ChatMessage] = []
     try:
-        _load(engine, args, err)
+        _load(engine, settings, err)
         print("Type a message; /image FILE attaches an image to the next one (with --mmproj), "
               "/reset forgets the conversation, /exit (or Ctrl-D) leaves.", file=err)
         attached: list[bytes] = []

@@ -13,20 +13,28 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
+from runtime.cli.load_args import (
+    DRAFT,
+    ENGINE,
+    SLOTS,
+    add_load_flags,
+    given_load_flags,
+    load_settings,
+)
 from runtime.engine.kv_store import GIB, KvStoreOptions
 from runtime.errors import ModelNotFound, SettingsError
 from runtime.library.projectors import with_projector
 from runtime.paths import user_dirs
-from runtime.settings.load import DraftSettings, LoadSettings
+from runtime.settings.load import LoadSettings
 from runtime.settings.user import MAX_SAVED_KV_GIB
 
-# Load flags that only mean something with a MODEL given at start.
-_MODEL_FLAGS = ("ctx", "kv_k", "kv_v", "gpu_layers", "flash_attn", "threads", "draft", "draft_k",
-                "worker")
+# Sequences the start-up model decodes together when --parallel does not say.
+SERVE_SLOTS = 4
 
 
 def register(subparsers: Any) -> None:
@@ -39,19 +47,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--api-key", default=os.environ.get("OUTRIDER_API_KEY"),
                         help="require 'Authorization: Bearer KEY' (default $OUTRIDER_API_KEY)")
     parser.add_argument("--parent-pid", type=int, help="exit when this process dies")
-    parser.add_argument("--parallel", type=int, default=4,
-                        help="sequences decoded together (slots; default 4)")
-    parser.add_argument("--ctx", type=int, help="context length in tokens (default 4096)")
-    parser.add_argument("--kv-k", help="K cache type (f16, q8_0, q4_0, ...)")
-    parser.add_argument("--kv-v", help="V cache type")
-    parser.add_argument("--gpu-layers", help="layers on the GPU, or 'auto'")
-    parser.add_argument("--flash-attn", choices=("auto", "on", "off"))
-    parser.add_argument("--threads", type=int, help="CPU threads")
-    parser.add_argument("--draft", help="draft model file, or 'ngram' for prompt lookup")
-    parser.add_argument("--draft-k", type=int, help="draft length (default adaptive)")
-    parser.add_argument("--worker", action="append", metavar="HOST:PORT",
-                        help="another machine's `outrider worker` holding part of MODEL "
-                             "(repeatable; docs/distributed.md)")
+    add_load_flags(parser, *ENGINE, *DRAFT, *SLOTS,
+                   defaults={"--parallel": str(SERVE_SLOTS)})
     parser.add_argument("--models-dir", type=Path,
                         help="the library /api/load may load from (default: the user's)")
     parser.add_argument("--allow-any-path", action="store_true",
@@ -87,8 +84,7 @@ def register(subparsers: Any) -> None:
 def load_settings_from_args(args: argparse.Namespace) -> LoadSettings | None:
     """The start-up model's settings, or None without MODEL (then load flags are an error)."""
     if args.model is None:
-        given = [f"--{name.replace('_', '-')}" for name in _MODEL_FLAGS
-                 if getattr(args, name) is not None]
+        given = given_load_flags(args)
         if given:
             raise SettingsError(f"{', '.join(given)} apply to a MODEL given at start; "
                                 "POST /api/load takes its own settings")
@@ -96,29 +92,11 @@ def load_settings_from_args(args: argparse.Namespace) -> LoadSettings | None:
     path = Path(args.model).expanduser().resolve()
     if not path.is_file():
         raise ModelNotFound(f"no model file at {path}")
-    gpu_layers: int | None = None
-    if args.gpu_layers not in (None, "auto"):
-        try:
-            gpu_layers = int(args.gpu_layers)
-        except ValueError:
-            raise SettingsError(
-                f"--gpu-layers takes a number or 'auto', not {args.gpu_layers!r}") from None
-    draft = DraftSettings()
-    if args.draft == "ngram":
-        draft = DraftSettings(kind="ngram", k=args.draft_k)
-    elif args.draft is not None:
-        draft = DraftSettings(kind="model", model_path=Path(args.draft).expanduser().resolve(),
-                              k=args.draft_k)
-    elif args.draft_k is not None:
-        raise SettingsError("--draft-k needs --draft")
-    values: dict[str, Any] = {"model_path": path, "n_parallel": args.parallel,
-                              "gpu_layers": gpu_layers, "draft": draft,
-                              "workers": tuple(args.worker or ())}
-    for flag, field in (("ctx", "n_ctx"), ("kv_k", "type_k"), ("kv_v", "type_v"),
-                        ("flash_attn", "flash_attn"), ("threads", "n_threads")):
-        if getattr(args, flag) is not None:
-            values[field] = getattr(args, flag)
-    return with_projector(LoadSettings(**values))  # a vision model's projector beside it
+    settings = load_settings(args, LoadSettings(model_path=path, n_parallel=SERVE_SLOTS))
+    if settings.draft.model_path is not None:  # allowed to the server by its resolved path
+        draft = dataclasses.replace(settings.draft, model_path=settings.draft.model_path.resolve())
+        settings = dataclasses.replace(settings, draft=draft)
+    return with_projector(settings)  # a vision model's projector beside it
 
 
 def saved_kv_from_args(args: argparse.Namespace) -> KvStoreOptions | None:
@@ -137,7 +115,8 @@ def saved_kv_from_args(args: argparse.Namespace) -> KvStoreOptions | None:
 
 def router_from_args(args: argparse.Namespace) -> Any:
     """The model router's options from --max-models, --ttl and --memory-budget-gib."""
-    from runtime.server.router import RouterOptions
+    # start-up time: `outrider --help` does not pay for the server
+    from runtime.server.models.router import RouterOptions
 
     if args.max_models < 1:
         raise SettingsError(f"--max-models takes 1 or more, not {args.max_models}")
@@ -151,7 +130,6 @@ def router_from_args(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here so `outrider --help` does not pay for FastAPI and uvicorn.
-    from runtime.paths import user_dirs
     from runtime.server.serve import ServeOptions, serve
     from runtime.server.state import ServerLimits
 

@@ -61,6 +61,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # start-up time: only `worker` loads ggml's RPC server
     from runtime.llama.params import default_threads
     from runtime.llama.rpc import LocalDevice, local_devices, rpc_available, serve
     from runtime.planner.workers import probe_worker
@@ -141,6 +142,7 @@ def _chosen(devices: list[Any], names: list[str]) -> list[Any]:
             have = ", ".join(d.name for d in devices)
             raise SettingsError(f"no device {missing[0]!r} here: this machine has {have}")
         return [by_name[n.lower()] for n in dict.fromkeys(names)]
+    # start-up time: as in `run`
     from runtime.llama.rpc import DEVICE_CPU
 
     gpus = [d for d in devices if d.type != DEVICE_CPU]

@@ -27,27 +27,13 @@ folder (its partial file, a copy kept aside after a failed check) is `job.leftov
     (room again)           # the next change writes {a1b2: done, ...}; QueueSaveChanged(None)
 
 Two ways to start. `start()` runs the whole queue (the app), and takes in the jobs other
-processes add to the file later: every `watch_interval` seconds it compares the file's stamp,
-reads the file when it changed, and announces each new job (`DownloadStateChanged`). A job
-another process queued is that process's to start: it is shown queued, then running elsewhere
-once that process holds its lock (below), and taken up here only as any job running elsewhere
-is (its owner stops before the end), or when the user asks this process for it (enqueue,
-resume, retry). `start(only=ids)` runs those jobs alone (`outrider pull X`: X's files); the
-other queued jobs stay on file for the app, and no new job is taken in.
+processes add to the file later; `start(only=ids)` runs those jobs alone (`outrider pull X`:
+X's files); the other queued jobs stay on file for the app, and no new job is taken in.
 
-One job, one downloader. Two processes may hold the same job (the app queued it, then
-`outrider pull` loaded the queue), but only the one holding the job's lock
-(`downloads/<job>.part.lock`: an OS lock the worker takes without waiting and holds until the
-job is done, failed, paused or cancelled) touches its partial file. The other leaves the job
-to it and shows it as `state="running", elsewhere=True`; every `watch_interval` seconds it
-reads the job's record in the queue file and the partial's size (progress events, the end),
-and it takes the job up itself when the lock comes free with the job unfinished: its owner
-was shut down, or died (the kernel drops a dead process's lock), and the partial resumes.
-
-    app:   worker takes a1b2.part.lock, writes a1b2.part
-    pull:  cannot take a1b2.part.lock -> a1b2 running elsewhere; watches it
-    app:   saves "done", then releases the lock   -> pull shows a1b2 done
-      or:  is killed                              -> pull resumes a1b2.part itself
+One job, one downloader: a worker downloads a job only while it holds the job's lock, and a
+job another process holds is shown running elsewhere and followed until it ends there, or
+taken up here when its owner stops before the end. Which process owns which job, and how
+this one follows the others', is runtime.downloads.ownership.
 """
 
 from __future__ import annotations
@@ -58,7 +44,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -67,6 +53,7 @@ import filelock
 import httpx
 
 from runtime.downloads.file import FileDownload, kept_aside
+from runtime.downloads.ownership import Ownership
 from runtime.downloads.queue import (
     ACTIVE,
     SETTLED,
@@ -77,23 +64,15 @@ from runtime.downloads.queue import (
     QueueWriter,
     RetryPolicy,
 )
-from runtime.downloads.transfer import Rate, StopFlag, Stopped
-from runtime.errors import (
-    DownloadError,
-    DownloadRunningElsewhere,
-    OutriderError,
-    shown,
-)
+from runtime.downloads.transfer import StopFlag, Stopped
+from runtime.errors import DownloadError, OutriderError, shown
 from runtime.hub.client import Hub
+from runtime.paths import user_dirs
 
 # The manager's face, the queue module's DownloadJob, QueueSaveChanged and RetryPolicy included.
 __all__ = ["DownloadEvent", "DownloadJob", "DownloadManager", "DownloadNotice",
            "DownloadProgress", "DownloadStateChanged", "EventSink", "JobState",
            "QueueSaveChanged", "RetryPolicy"]
-
-# How long a worker waits for its job's lock before leaving the job to another process (_work).
-LOCK_GRACE_S = 0.25
-
 
 @dataclass(frozen=True)
 class DownloadProgress:
@@ -126,7 +105,8 @@ class DownloadManager:
     """The queue and its worker threads. Every public method is thread-safe and returns at once
     (except `wait` and `shutdown`). A change waits for the queue file's lock: milliseconds,
     unless another process hangs holding it — then `DownloadError` after `queue_lock_timeout` s.
-    Jobs other processes add or download are followed every `watch_interval` s (module doc)."""
+    Jobs other processes add or download are followed every `watch_interval` s
+    (runtime.downloads.ownership)."""
 
     def __init__(self, hub: Hub, *, models_dir: Path | None = None,
                  downloads_dir: Path | None = None, max_concurrent: int = 2,
@@ -135,7 +115,6 @@ class DownloadManager:
                  disk_usage: Callable[[Path], Any] = shutil.disk_usage,
                  progress_interval: float = 0.25, reserve_bytes: int = 64 << 20,
                  queue_lock_timeout: float = 30.0, watch_interval: float = 0.5) -> None:
-        from runtime.paths import user_dirs
 
         if max_concurrent < 1:
             raise DownloadError(f"concurrent downloads must be at least 1, not {max_concurrent}")
@@ -150,7 +129,6 @@ class DownloadManager:
         self._disk_usage = disk_usage
         self._progress_interval = progress_interval
         self._reserve = reserve_bytes
-        self.watch_interval = watch_interval
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._queue_file = QueueFile(self.downloads_dir / "queue.json", queue_lock_timeout)
@@ -161,11 +139,13 @@ class DownloadManager:
             self._jobs[job.id] = dataclasses.replace(job, state="queued") if job.state == "running" else job
         self._controls: dict[str, StopFlag] = {}
         self._threads: dict[str, threading.Thread] = {}
-        self._watcher: threading.Thread | None = None  # follows the queue file (module doc)
-        self._watch_stop = threading.Event()
         self._started = False
-        self._only: frozenset[str] | None = None  # start(only=...): the jobs it may start
-        self._foreign: set[str] = set()  # queued by another process, for it to start
+        # Which process downloads which job; follows the others' through the queue file.
+        self._ownership = Ownership(
+            self.downloads_dir, self._queue_file, self._writer, lock=self._lock, jobs=self._jobs,
+            put=self._put, live=self._live, progress=self._progress, pump=self._pump,
+            working=lambda job_id: job_id in self._controls, interval=watch_interval,
+            clock=clock)
         self._client = self._new_client()
 
     def __repr__(self) -> str:
@@ -186,9 +166,7 @@ class DownloadManager:
             if self._client.is_closed:  # started again after a shutdown
                 self._client = self._new_client()
             self._started = True
-            self._only = None if only is None else frozenset(only)
-            self._watch_stop.clear()
-            self._start_watcher()
+            self._ownership.start(None if only is None else frozenset(only))
         self._pump()
 
     def enqueue(self, repo_id: str, filename: str, revision: str = "main", *,
@@ -202,7 +180,7 @@ class DownloadManager:
                 if job.state == "done" and job.path and Path(job.path).is_file():
                     return job
                 if job.state in ("queued", "running", "paused"):
-                    self._claim(job.id)  # asked for here: started here if it waits
+                    self._ownership.claim(job.id)  # asked for here: started here if it waits
                     self._pump()
                     return job
                 if job.state == "failed":
@@ -252,7 +230,7 @@ class DownloadManager:
 
     def resume(self, job_id: str) -> None:
         if self.job(job_id).state == "paused":
-            self._claim(job_id)
+            self._ownership.claim(job_id)
             self._set(job_id, state="queued")
             self._pump()
 
@@ -266,14 +244,14 @@ class DownloadManager:
             if job_id in self._controls:
                 self._stop_or_set(job_id, "cancel", "cancelled", from_states=states)
                 return
-            with self._owning(job_id, "cancel"):
+            with self._ownership.owning(job_id, "cancel"):
                 self._stop_or_set(job_id, "cancel", "cancelled", from_states=states)
                 self._partial(job_id).unlink(missing_ok=True)
 
     def retry(self, job_id: str) -> None:
         """Queue a failed or cancelled job again (after a token was set, space freed ...)."""
         if self.job(job_id).state in ("failed", "cancelled"):
-            self._claim(job_id)
+            self._ownership.claim(job_id)
             self._set(job_id, state="queued", error=None, error_kind=None)
             self._pump()
 
@@ -284,15 +262,15 @@ class DownloadManager:
             if job is None or job.state not in ("done", "failed", "cancelled"):
                 return
             # Our own worker may still be winding down (it no longer touches the bytes).
-            owning = contextlib.nullcontext() if job_id in self._controls else self._owning(
-                job_id, "remove")
+            owning = contextlib.nullcontext() if job_id in self._controls else \
+                self._ownership.owning(job_id, "remove")
             with owning:
                 # A full disk keeps the removal for the next write; a locked queue: not removed.
                 saved = self._writer.save(self._jobs, removed=job_id)
                 del self._jobs[job_id]
                 for path in self._files(job):
                     path.unlink(missing_ok=True)
-                self._lock_path(job_id).unlink(missing_ok=True)
+                self._ownership.lock_path(job_id).unlink(missing_ok=True)
         if saved is not None:
             self._emit(saved)
 
@@ -306,7 +284,7 @@ class DownloadManager:
             if job.state not in ("done", "failed", "cancelled"):
                 raise DownloadError(f"{shown(job.filename)} is {job.state}; cancel it to delete its "
                                     "partial file")
-            with self._owning(job_id, "delete the files of"):
+            with self._ownership.owning(job_id, "delete the files of"):
                 freed = 0
                 for path in self._files(job):
                     size = _size(path)
@@ -362,10 +340,10 @@ class DownloadManager:
             self._started = False
             for control in self._controls.values():
                 control.stop("shutdown")
-            self._watch_stop.set()
+            watcher = self._ownership.stop()
             threads = list(self._threads.values())
-            if self._watcher is not None:
-                threads.append(self._watcher)
+            if watcher is not None:
+                threads.append(watcher)
         for t in threads:
             t.join(timeout)
         saved: QueueSaveChanged | None = None
@@ -380,55 +358,16 @@ class DownloadManager:
     def _partial(self, job_id: str) -> Path:
         return self.downloads_dir / f"{job_id}.part"
 
-    def _lock_path(self, job_id: str) -> Path:
-        return self.downloads_dir / f"{job_id}.part.lock"
-
-    def _job_lock(self, job_id: str) -> filelock.BaseFileLock:
-        """The job's cross-process lock; whoever holds it is the one process downloading it.
-        timeout=0: a held lock is an answer (another process has it), never a wait. Different
-        FileLock objects conflict within one process too (flock is per open file)."""
-        self.downloads_dir.mkdir(parents=True, exist_ok=True)
-        return filelock.FileLock(self._lock_path(job_id), timeout=0)
-
-    def _held_elsewhere(self, job_id: str) -> bool:
-        """Whether another process holds the job's lock now (asked by taking it for a moment)."""
-        lock = self._job_lock(job_id)
-        try:
-            lock.acquire()
-        except filelock.Timeout:
-            return True
-        lock.release()
-        return False
-
-    @contextlib.contextmanager
-    def _owning(self, job_id: str, action: str) -> Iterator[None]:
-        """Hold the job's lock for a change to its bytes (call with `self._lock` held, so no
-        worker of ours starts meanwhile). Another process holding it: the job is shown running
-        elsewhere and `DownloadRunningElsewhere` says so."""
-        lock = self._job_lock(job_id)
-        try:
-            lock.acquire()
-        except filelock.Timeout:
-            if self._jobs[job_id].state != "running":
-                self._put(dataclasses.replace(self._jobs[job_id], state="running",
-                                              elsewhere=True))
-                self._start_watcher()
-            raise self._elsewhere_error(job_id, action) from None
-        try:
-            yield
-        finally:
-            lock.release()
-
-    def _elsewhere_error(self, job_id: str, action: str) -> DownloadRunningElsewhere:
-        return DownloadRunningElsewhere(
-            f"{self._jobs[job_id].filename} is being downloaded by another Outrider process "
-            f"(the app or `outrider pull`); {action} it there, or wait for it to finish")
-
     def _emit(self, event: DownloadEvent) -> None:
         if self._on_event is None:
             return
         with contextlib.suppress(Exception):  # a broken listener must not break a download
             self._on_event(event)
+
+    def _progress(self, job: DownloadJob, received: int, rate: float,
+                  eta_s: float | None) -> None:
+        """A job another process downloads moved on (runtime.downloads.ownership)."""
+        self._emit(DownloadProgress(job.id, job.filename, received, job.size, rate, eta_s))
 
     def _set(self, job_id: str, **changes: Any) -> DownloadJob:
         """Change a job in memory at once, then on file. When the queue file stays locked the
@@ -478,21 +417,16 @@ class DownloadManager:
             if job.state not in from_states:
                 return
             if job.elsewhere:
-                raise self._elsewhere_error(job_id, reason)
+                raise self._ownership.elsewhere_error(job_id, reason)
             control = self._controls.get(job_id)
             if control is not None:
                 control.stop(reason)
         # The state is the user's decision at once; the worker winds down in the background.
         self._set(job_id, state=state)
 
-    def _claim(self, job_id: str) -> None:
-        """The user asked this process for the job: it may start it, whoever queued it."""
-        with self._lock:
-            self._foreign.discard(job_id)
-
     def _pump(self) -> None:
-        """Start workers for queued jobs while slots are free (oldest first), except other
-        processes' and, started for `only` some, the rest. A job turns "running" once its
+        """Start workers for queued jobs while slots are free (oldest first), except those
+        this process leaves to others (`Ownership.mine`). A job turns "running" once its
         worker holds the job's lock (`_begin`)."""
         with self._lock:
             if not self._started:
@@ -500,9 +434,8 @@ class DownloadManager:
             for job in sorted(self._jobs.values(), key=lambda j: j.added):
                 if len(self._controls) >= self.max_concurrent:
                     break
-                if job.state != "queued" or job.id in self._controls or job.id in self._foreign:
-                    continue
-                if self._only is not None and job.id not in self._only:
+                if job.state != "queued" or job.id in self._controls or \
+                        not self._ownership.mine(job.id):
                     continue
                 control = StopFlag()
                 self._controls[job.id] = control
@@ -514,27 +447,27 @@ class DownloadManager:
     def _work(self, job_id: str, control: StopFlag) -> None:
         """A worker: take the job's lock, or leave the job to the process that holds it."""
         try:
-            lock = self._job_lock(job_id)
-            # A short grace, for the worker only: `_held_elsewhere` (a watcher here, or another
-            # process) takes the lock for a moment to ask, and a worker meeting such a probe
-            # with no wait gave its own job away as "running elsewhere" (1 run in ~10 of
-            # test_download_ownership). An owner holds the lock for a whole download.
-            lock.acquire(timeout=LOCK_GRACE_S, poll_interval=LOCK_GRACE_S / 10)
-        except filelock.Timeout:
-            self._leave_to_other_process(job_id)
+            lock = self._ownership.take(job_id)
         except OSError as exc:  # a downloads folder we cannot write
             self._settle(job_id, state="failed", error_kind="DownloadError",
-                         error=f"cannot lock {self._lock_path(job_id)}: {exc}")
+                         error=f"cannot lock {self._ownership.lock_path(job_id)}: {exc}")
             self._free_slot(job_id)
         else:
-            try:
-                self._run(job_id, control)
-            finally:
-                # Released after the outcome is saved, so a process that takes the lock next
-                # reads it; and before the slot is freed, so our next worker for it can take it.
-                lock.release()
-                self._free_slot(job_id)
+            if lock is None:
+                self._leave_to_other_process(job_id)
+            else:
+                self._run_holding(job_id, control, lock)
         self._pump()
+
+    def _run_holding(self, job_id: str, control: StopFlag, lock: filelock.BaseFileLock) -> None:
+        """Run the job with its lock taken, then let go of the lock and the slot."""
+        try:
+            self._run(job_id, control)
+        finally:
+            # Released after the outcome is saved, so a process that takes the lock next
+            # reads it; and before the slot is freed, so our next worker for it can take it.
+            lock.release()
+            self._free_slot(job_id)
 
     def _free_slot(self, job_id: str) -> None:
         with self._lock:
@@ -549,7 +482,7 @@ class DownloadManager:
             self._threads.pop(job_id, None)
             if self._jobs[job_id].state == "queued":  # not paused or cancelled here meanwhile
                 self._put(dataclasses.replace(self._jobs[job_id], state="running", elsewhere=True))
-                self._start_watcher()
+                self._ownership.watch()
             self._changed.notify_all()
 
     def _run(self, job_id: str, control: StopFlag) -> None:
@@ -592,114 +525,6 @@ class DownloadManager:
                 "size": record.size}
             self._settle(job_id, state="running", **learned)
         return True
-
-    # -- jobs of other processes ---------------------------------------------------------------
-
-    def _start_watcher(self) -> None:
-        """Start following the queue file, if not yet (with `self._lock` held): while started
-        for the whole queue; started for `only` some, while one of them runs elsewhere."""
-        if not self._started or self._watcher is not None:
-            return
-        if self._only is not None and not self._followed():
-            return
-        self._watcher = threading.Thread(target=self._watch, name="download-watcher", daemon=True)
-        self._watcher.start()
-
-    def _followed(self) -> list[str]:
-        """Jobs looked at each round: running elsewhere, or queued there and not started yet."""
-        return [j.id for j in self._jobs.values()
-                if j.elsewhere or (j.state == "queued" and j.id in self._foreign)]
-
-    def _watch(self) -> None:
-        """Every `watch_interval` s: read the queue file when it changed (or while jobs are
-        followed), take in new jobs, follow the others' jobs. Stops at shutdown or, started for
-        `only` some, when none of them runs elsewhere."""
-        rates: dict[str, Rate] = {}
-        seen: tuple[int, int, int] | None = None  # the stamp of the file last read
-        try:
-            while not self._watch_stop.wait(self.watch_interval):
-                with self._lock:
-                    ids = self._followed()
-                    if self._only is not None and not ids:
-                        return
-                stamp = self._queue_file.stamp()
-                if not ids and stamp == seen:
-                    continue
-                try:
-                    on_file = self._read_queue()
-                except DownloadError:
-                    continue  # the queue file is busy: look again next time
-                seen = stamp
-                for job_id in ids:
-                    self._follow(job_id, on_file.get(job_id),
-                                 rates.setdefault(job_id, Rate(self._clock)))
-                self._pump()  # jobs taken up, in free slots
-        finally:
-            with self._lock:
-                self._watcher = None
-                self._start_watcher()  # a job went elsewhere as this one was leaving
-
-    def _read_queue(self) -> dict[str, DownloadJob]:
-        """The queue file's jobs by id, after taking in those other processes added (unless
-        started for `only` some)."""
-        on_file = {j.id: j for j in self._queue_file.load()}
-        with self._lock:
-            # A job removed here while the disk was full is still on file: it stays removed.
-            new = on_file.keys() - self._jobs.keys() - self._writer.removed
-            if self._only is not None or not new:
-                return on_file
-            # Read again under our lock: a job this process removed meanwhile stays removed.
-            on_file = {j.id: j for j in self._queue_file.load()}
-            for record in on_file.values():
-                if record.id not in self._jobs and record.id not in self._writer.removed:
-                    self._take_in(record)
-        return on_file
-
-    def _take_in(self, record: DownloadJob) -> None:
-        """Show a job another process added (with `self._lock` held), as it stands: settled;
-        running there (its lock held); running on file with its lock free (its process died):
-        queued here, to resume, as at start; queued there: that process's to start."""
-        if record.state in SETTLED:
-            self._put(record)
-        elif self._held_elsewhere(record.id):
-            self._put(dataclasses.replace(record, state="running", elsewhere=True))
-        elif record.state == "running":
-            self._put(dataclasses.replace(record, state="queued"))
-        else:
-            self._foreign.add(record.id)
-            self._put(record)
-
-    def _follow(self, job_id: str, record: DownloadJob | None, rate: Rate) -> None:
-        """One look at a job another process downloads, or queued and has not started.
-
-        Its record settled (done, failed, paused, cancelled there): show that. Its lock held:
-        show it running there, with progress from the partial file's size. Its lock free with
-        the job unfinished after it ran there (the owner shut down or died): queue it here, to
-        resume from the partial; one only queued there stays for that process to start."""
-        with self._lock:
-            job = self._jobs.get(job_id)
-            foreign = job_id in self._foreign
-        if job is None or not (job.elsewhere or foreign):
-            return
-        if record is not None and record.state in SETTLED:
-            self._put(record)
-            return
-        known = record or job
-        held = self._held_elsewhere(job_id)
-        if not held and not job.elsewhere and known.state != "running":
-            return  # still waiting for its process to start it
-        with self._lock:
-            if job_id in self._controls:  # the user asked this process for it meanwhile
-                return
-            self._foreign.discard(job_id)  # it ran there: from now on, like any job elsewhere
-            job = dataclasses.replace(known, state="running" if held else "queued", elsewhere=held)
-            self._put(job)  # what the owner learned (size, etag): no event while the state stays
-        if not held:
-            return
-        received = self._live(job).received
-        bps = rate.add(received)
-        eta = (job.size - received) / bps if job.size is not None and bps > 0 else None
-        self._emit(DownloadProgress(job_id, job.filename, received, job.size, bps, eta))
 
     def _settle_stopped(self, job_id: str) -> None:
         # pause() and cancel() already set the state; a shutdown leaves the job queued.

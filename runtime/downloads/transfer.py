@@ -7,10 +7,24 @@ paused, and resumes only within one call. Outrider needs all three across restar
 wraps the smallest piece itself — this one GET with a `Range` header (httpx) — while URLs,
 headers, the token, the file's metadata and the error mapping stay huggingface_hub's.
 
+    >>> import hashlib, httpx, tempfile
+    >>> body = bytes(range(256)) * 4                        # the file on the server: 1,024 bytes
+    >>> def serve(request):                                 # a server that honours Range
+    ...     start = int(request.headers["Range"].removeprefix("bytes=").rstrip("-"))
+    ...     return httpx.Response(206, stream=httpx.ByteStream(body[start:]))
+    >>> client = httpx.Client(transport=httpx.MockTransport(serve))
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> partial = Path(folder.name) / "file.gguf.part"
+    >>> partial.write_bytes(body[:1000])                    # what an earlier attempt brought
+    1000
     >>> hashing = Hashing(); hashing.sync(partial)          # hash what is already on disk
-    >>> fetch_into(client, url, headers, partial, partial.stat().st_size, size, hashing,
-    ...            StopFlag(), stall_timeout=30, on_progress=print, what="repo/file.gguf")
-    >>> hashing.digest.hexdigest()                          # the sha256 of the whole file
+    >>> fetch_into(client, "https://huggingface.co/repo/resolve/main/file.gguf", {}, partial,
+    ...            partial.stat().st_size, len(body), hashing, StopFlag(), stall_timeout=30,
+    ...            on_progress=print, what="repo/file.gguf")
+    1024
+    >>> hashing.digest.hexdigest() == hashlib.sha256(body).hexdigest()  # the whole file's
+    True
+    >>> folder.cleanup()
 
 Errors: `Retryable` (connection lost, stall, HTTP 5xx/408/429, a short body) carries how many
 bytes the attempt brought; `OutOfSpace` when the disk filled up (the caller says how much is

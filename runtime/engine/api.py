@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from runtime.chat.families import Family
+from runtime.chat.families import PLAIN, Family
 from runtime.events import Event, GenerationRequest
 from runtime.settings.load import LoadSettings
 
@@ -45,7 +45,12 @@ class LoadedModel:
     allocated: dict[str, int] = field(default_factory=dict)  # llama.cpp's buffers, from its log
     draft: str | None = None  # draft model name, "ngram", or None
     draft_refused: str | None = None  # why a requested draft model was refused
-    chat_family: str = "plain"  # the template's tool-call / reasoning family (runtime.chat.families)
+    # The template's tool-call / reasoning family (runtime.chat.families): how the server
+    # reads the replies, known from the load, so no request asks the engine for it.
+    family: Family = PLAIN
+    # The family's call markers that the vocabulary holds as one special token (text → id):
+    # a call grammar asks for the token the model was trained to write, not its spelling.
+    call_tokens: dict[str, int] = field(default_factory=dict)
     # What the model can be asked for (runtime.chat.families.capabilities): "chat" (it writes
     # text; an encoder-only model such as BERT does not), "tools" (its family's calls are
     # rendered and parsed), "reasoning" (its thinking is split from the answer),
@@ -55,6 +60,11 @@ class LoadedModel:
     # is in capabilities then).
     projector: str | None = None
     image_tokens: int | None = None
+
+    @property
+    def chat_family(self) -> str:
+        """The family's name, as /v1/models and /api/status say it."""
+        return self.family.name
 
 
 @dataclass(frozen=True)
@@ -139,16 +149,6 @@ class EngineAPI(Protocol):
     def render_chat(self, messages: Any, *, tools: Any = (), extra: Any = None) -> str:
         """The prompt text the loaded model's chat template makes of `messages` (with
         `tools` and the template kwargs `extra`, as a request's prompt is rendered)."""
-        ...
-
-    def template_family(self) -> Family:
-        """The loaded model's template family (`LoadedModel.chat_family` is its name): how
-        its replies mark thinking and calls. Raises NoModelLoaded."""
-        ...
-
-    def special_tokens(self, texts: Any) -> dict[str, int]:
-        """Of `texts`, those the loaded model's vocabulary holds as one special (added or
-        control) token: text → token id. Raises NoModelLoaded."""
         ...
 
     def tokenize(self, text: str, *, add_special: bool = False,

@@ -65,6 +65,7 @@ from runtime.errors import (
     SettingsError,
     shown,
 )
+from runtime.gguf.constants import type_id
 from runtime.llama.binding import (
     POOLING_CLS,
     POOLING_LAST,
@@ -75,7 +76,7 @@ from runtime.llama.binding import (
     LlamaContext,
     LlamaModel,
 )
-from runtime.llama.params import FLASH_ATTN_OFF, GGML_TYPE_IDS, LlamaParams
+from runtime.llama.params import FLASH_ATTN_OFF, LlamaParams
 
 logger = logging.getLogger("outrider.engine")
 
@@ -157,8 +158,8 @@ class _EmbeddingContext:
         # attention off: ggml's CPU kernel accumulates V in f16 (cosine 0.9995 to the exact
         # vector for a 10-token input on SmolLM2, 0.99999997 without it).
         own = replace(params, n_ctx=window, n_batch=window, n_ubatch=window, n_seq_max=seqs,
-                      kv_unified=True, swa_full=True, type_k=GGML_TYPE_IDS["f16"],
-                      type_v=GGML_TYPE_IDS["f16"], flash_attn=FLASH_ATTN_OFF, notes=())
+                      kv_unified=True, swa_full=True, type_k=type_id("f16"),
+                      type_v=type_id("f16"), flash_attn=FLASH_ATTN_OFF, notes=())
         self.ctx = LlamaContext(model, own, embeddings=True, pooling=pooling)
         self.batch = Batch(window)
         self.max_seqs = seqs

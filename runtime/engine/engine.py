@@ -2,7 +2,7 @@
 
 Callers (the CLI, the HTTP server, tests) call `Engine` methods from any thread. Each call
 becomes a command on the engine's inbox; generation results come back on the request's own
-queue (`RequestHandle`). Between commands the thread runs `Scheduler.step()` — one batched
+queue (`EventQueueHandle`). Between commands the thread runs `Scheduler.step()` — one batched
 decode for every active sequence — for as long as there is work.
 
     engine = Engine()
@@ -45,13 +45,12 @@ from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
-from runtime.chat.families import Family
 from runtime.engine.api import EmbeddingInput, Embeddings, EngineMetrics, EngineStatus, LoadedModel
 from runtime.engine.chat_template import ChatTemplate
 from runtime.engine.embeddings import Embedder, EmbeddingJob
-from runtime.engine.handle import RequestHandle
+from runtime.engine.handle import EventQueueHandle
 from runtime.engine.kv_store import KvStore, KvStoreOptions, cache_key
 from runtime.engine.media_prompt import DRAFTING_OFF, MediaPrompt, prepare_media_prompt
 from runtime.engine.native_step import NativeStep
@@ -67,6 +66,7 @@ from runtime.events import (
     Event,
     Finished,
     GenerationRequest,
+    ReasoningOpen,
     SamplingParams,
     TokenEvent,
     TokenRun,
@@ -79,7 +79,7 @@ from runtime.planner.gpu_layers import Offload
 from runtime.sampling.constraint import Constraint, ConstraintCompiler
 from runtime.sampling.sampler import Sampler
 from runtime.settings.load import LoadSettings
-from runtime.speculative.api import SpecSetup, Speculation
+from runtime.speculative.api import SpecSetup, SpeculationPolicy
 from runtime.speculative.stats import acceptance_rate, mean_accepted_length
 
 logger = logging.getLogger("outrider.engine")
@@ -131,7 +131,7 @@ class _Prepared:
 
     loaded: _Loaded
     request: GenerationRequest
-    handle: RequestHandle
+    handle: EventQueueHandle
     prompt: PreparedPrompt | None = None
     sampling: SamplingParams | None = None
     error: ErrorEvent | None = None
@@ -139,11 +139,55 @@ class _Prepared:
     media: MediaPrompt | None = None  # the prompt's images, tokenized here too
 
 
+# The engine thread's commands, one class each, dispatched by type (`Engine._handle`). One with
+# a future answers the caller waiting on it; a request's (submit, admit) answer on its handle.
+
 @dataclass(frozen=True)
-class _Command:
-    kind: str  # load | unload | submit | admit | cancel | embed | stop
-    payload: Any = None
-    future: concurrent.futures.Future[Any] | None = None
+class _Load:
+    settings: LoadSettings
+    on_progress: Callable[[float], None] | None
+    future: concurrent.futures.Future[LoadedModel]
+
+
+@dataclass(frozen=True)
+class _Unload:
+    future: concurrent.futures.Future[None]
+
+
+@dataclass(frozen=True)
+class _Submit:
+    request: GenerationRequest
+    handle: EventQueueHandle
+
+
+@dataclass(frozen=True)
+class _Admit:
+    """A prepared request (or its preparation's error), back from the worker pool."""
+
+    prepared: _Prepared
+
+    @property
+    def handle(self) -> EventQueueHandle:
+        return self.prepared.handle
+
+
+@dataclass(frozen=True)
+class _Cancel:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class _Embed:
+    loaded: _Loaded
+    job: EmbeddingJob
+
+
+@dataclass(frozen=True)
+class _Stop:
+    future: concurrent.futures.Future[None]
+
+
+_Command = _Load | _Unload | _Submit | _Admit | _Cancel | _Embed | _Stop
 
 
 class Engine:
@@ -158,7 +202,7 @@ class Engine:
     `on_progress` of `load` is called on the engine thread.
     """
 
-    def __init__(self, *, speculation: Speculation | None = None,
+    def __init__(self, *, speculation: SpeculationPolicy | None = None,
                  plan_gpu_layers: Callable[[LoadSettings], Offload | int | None] | None = None,
                  probe: Callable[[Path, LlamaParams], None] | None = None,
                  saved_kv: KvStoreOptions | None = None, profile: bool = False) -> None:
@@ -177,7 +221,7 @@ class Engine:
         self._state = "empty"
         self._info: LoadedModel | None = None
         self._template: ChatTemplate | None = None
-        self._handles: dict[str, RequestHandle] = {}
+        self._handles: dict[str, EventQueueHandle] = {}
         self._preparing: set[str] = set()  # request ids on the worker pool
         self._cancel_on_admit: set[str] = set()  # cancelled while preparing
         self._prepare_pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -204,7 +248,7 @@ class Engine:
         if thread is None or not thread.is_alive():
             return
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._post(_Command("stop", future=future))
+        self._post(_Stop(future))
         thread.join()
         self._thread = None
         pool, self._prepare_pool = self._prepare_pool, None
@@ -215,24 +259,24 @@ class Engine:
              on_progress: Callable[[float], None] | None = None) -> LoadedModel:
         self.start()
         future: concurrent.futures.Future[LoadedModel] = concurrent.futures.Future()
-        self._post(_Command("load", (settings, on_progress), future))
+        self._post(_Load(settings, on_progress, future))
         return future.result()
 
     def unload(self) -> None:
         self.start()
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._post(_Command("unload", future=future))
+        self._post(_Unload(future))
         future.result()
 
-    def submit(self, request: GenerationRequest) -> RequestHandle:
+    def submit(self, request: GenerationRequest) -> EventQueueHandle:
         if self._state != "ready":
             raise NoModelLoaded("no model is loaded; load one first")
-        handle = RequestHandle(request.id, request.n, self._cancel)
-        self._post(_Command("submit", (request, handle)))
+        handle = EventQueueHandle(request.id, request.n, self._cancel)
+        self._post(_Submit(request, handle))
         return handle
 
     def _cancel(self, request_id: str) -> None:
-        self._post(_Command("cancel", request_id))
+        self._post(_Cancel(request_id))
 
     # ---- snapshots (any thread) ------------------------------------------------------------------
 
@@ -277,30 +321,6 @@ class Engine:
             raise NoModelLoaded("no model is loaded; load one first")
         return template.render(messages, tools=tools, extra=extra)
 
-    def template_family(self) -> Family:
-        template = self._template
-        if template is None:
-            raise NoModelLoaded("no model is loaded; load one first")
-        return template.family
-
-    def special_tokens(self, texts: Any) -> dict[str, int]:
-        """Of `texts` (a call format's markers), those the vocabulary holds as one added or
-        control token: text → id, so a grammar asks for the token the model was trained to
-        write rather than its spelling. Tokenizing is read-only: any thread, under a lease."""
-        loaded = self._loaded
-        if loaded is None or not loaded.lease():
-            raise NoModelLoaded("no model is loaded; load one first")
-        try:
-            found: dict[str, int] = {}
-            for text in texts:
-                ids = loaded.model.tokenize(text, add_special=False, parse_special=True)
-                if len(ids) == 1 and len(loaded.model.tokenize(
-                        text, add_special=False, parse_special=False)) > 1:
-                    found[text] = ids[0]
-            return found
-        finally:
-            loaded.release()
-
     def tokenize(self, text: str, *, add_special: bool = False,
                  parse_special: bool = False) -> list[int]:
         """The loaded model's token ids for `text`; read-only, any thread, under a lease."""
@@ -324,7 +344,7 @@ class Engine:
             job = loaded.embedder.prepare(inputs)  # tokenizing: here, not on the engine thread
         finally:
             loaded.release()
-        self._post(_Command("embed", (loaded, job)))
+        self._post(_Embed(loaded, job))
         while True:
             try:
                 return job.future.result(timeout=1.0)
@@ -367,10 +387,9 @@ class Engine:
             # Busy: a look, not a wait (and no exception raised per step while it is empty).
             command = None if busy and self._inbox.empty() else self._inbox.get(block=not busy)
             while command is not None:
-                if command.kind == "stop":
+                if isinstance(command, _Stop):
                     self._unload_now()
-                    if command.future is not None:
-                        command.future.set_result(None)
+                    command.future.set_result(None)
                     return
                 self._handle(command)
                 try:
@@ -382,38 +401,36 @@ class Engine:
             if self._loaded is not None and self._loaded.embedder.has_work():
                 self._loaded.embedder.step()  # one batch between two steps: streams go on
 
-    def _handle(self, command: _Command) -> None:
-        future = command.future
+    def _handle(self, command: _Load | _Unload | _Submit | _Admit | _Cancel | _Embed) -> None:
+        """Carry out one command (`_Stop` is `_run`'s). Its error goes to whoever waits for
+        it: the caller's future, else the request's handle, else the log."""
+        future = command.future if isinstance(command, _Load | _Unload) else None
+        result: Any = None
         try:
-            if command.kind == "load":
-                settings, on_progress = command.payload
-                result: Any = self._load_now(settings, on_progress)
-            elif command.kind == "unload":
-                self._unload_now()
-                result = None
-            elif command.kind == "submit":
-                self._submit_now(*command.payload)
-                result = None
-            elif command.kind == "admit":
-                self._admit_now(command.payload)
-                result = None
-            elif command.kind == "cancel":
-                self._cancel_now(command.payload)
-                result = None
-            elif command.kind == "embed":
-                self._embed_now(*command.payload)
-                result = None
-            else:
-                raise ValueError(f"unknown engine command {command.kind!r}")
+            match command:
+                case _Load():
+                    result = self._load_now(command.settings, command.on_progress)
+                case _Unload():
+                    self._unload_now()
+                case _Submit():
+                    self._submit_now(command.request, command.handle)
+                case _Admit():
+                    self._admit_now(command.prepared)
+                case _Cancel():
+                    self._cancel_now(command.request_id)
+                case _Embed():
+                    self._embed_now(command.loaded, command.job)
+                case _:
+                    assert_never(command)
         except BaseException as exc:  # delivered to the caller, never kills the thread
+            name = type(command).__name__
             if future is not None:
                 future.set_exception(exc)
-            elif command.kind in ("submit", "admit"):  # the request's own error, answered
-                logger.debug("engine command %s failed", command.kind, exc_info=True)
-                self._answer_error(command.payload[1] if command.kind == "submit"
-                                   else command.payload.handle, exc)
+            elif isinstance(command, _Submit | _Admit):  # the request's own error, answered
+                logger.debug("engine command %s failed", name, exc_info=True)
+                self._answer_error(command.handle, exc)
             else:
-                logger.exception("engine command %s failed", command.kind)
+                logger.exception("engine command %s failed", name)
             return
         if future is not None:
             future.set_result(result)
@@ -537,7 +554,7 @@ class Engine:
         self._counts = (0, 0, 0, 0)
         self._off_reason = None
 
-    def _submit_now(self, request: GenerationRequest, handle: RequestHandle) -> None:
+    def _submit_now(self, request: GenerationRequest, handle: EventQueueHandle) -> None:
         """Hand the request to the preparation pool; its answer comes back as "admit"."""
         loaded = self._loaded
         pool = self._prepare_pool
@@ -552,12 +569,13 @@ class Engine:
         self._preparing.add(request.id)
         pool.submit(self._prepare, loaded, request, handle)
 
-    def _prepare(self, loaded: _Loaded, request: GenerationRequest, handle: RequestHandle) -> None:
+    def _prepare(self, loaded: _Loaded, request: GenerationRequest,
+                 handle: EventQueueHandle) -> None:
         """On a worker thread: the prompt's tokens and the sampling fitted to the cache, or the
         request's error. Never raises: whatever happens is posted back as "admit"."""
         if not loaded.lease():
             error = ErrorEvent(request.id, "NoModelLoaded", "the model was unloaded")
-            self._post(_Command("admit", _Prepared(loaded, request, handle, error=error)))
+            self._post(_Admit(_Prepared(loaded, request, handle, error=error)))
             return
         try:
             n_ctx = loaded.ctx.n_ctx
@@ -569,15 +587,17 @@ class Engine:
             sampling = answer_budget(request.sampling, prompt_len=len(prompt.tokens), n=request.n,
                                      n_ctx=n_ctx, n_slots=kv.n_slots, shares_prefixes=kv.sharing)
             # A schema can take a while to compile (and the first one builds the tokenizer).
-            constraint = (loaded.compiler.start(request.constraint)
-                          if request.constraint is not None else None)
+            spec = request.constraint
+            if spec is not None and prompt.in_reasoning and spec.in_reasoning is not None:
+                spec = spec.in_reasoning  # a forced call only after the opened thinking
+            constraint = loaded.compiler.start(spec) if spec is not None else None
             result = _Prepared(loaded, request, handle, prompt, sampling, constraint=constraint,
                                media=media)
         except BaseException as exc:  # whatever it is, the request's answer
             result = _Prepared(loaded, request, handle, error=_error_event(request.id, exc))
         finally:
             loaded.release()
-        self._post(_Command("admit", result))
+        self._post(_Admit(result))
 
     def _admit_now(self, prepared: _Prepared) -> None:
         request, handle = prepared.request, prepared.handle
@@ -592,6 +612,8 @@ class Engine:
             return
         assert prepared.prompt is not None and prepared.sampling is not None
         loaded = prepared.loaded
+        if prepared.prompt.in_reasoning:
+            handle._put(ReasoningOpen(request.id))
         seqs = self._sequences(request, prepared.prompt, prepared.sampling, loaded,
                                prepared.constraint, prepared.media)
         loaded.scheduler.add(seqs)
@@ -612,7 +634,7 @@ class Engine:
             self._loaded.scheduler.cancel(request_id)
             self._update_counts(self._loaded)
 
-    def _answer_error(self, handle: RequestHandle, exc: BaseException) -> None:
+    def _answer_error(self, handle: EventQueueHandle, exc: BaseException) -> None:
         """A submit or admit that raised: the request ends with its error, nothing else does."""
         if self._handles.get(handle.id) is handle:
             del self._handles[handle.id]

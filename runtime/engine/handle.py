@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from runtime.events import ErrorEvent, Event, Finished, TokenEvent, TokenRun
 
 
-class RequestHandle:
+class EventQueueHandle:
     """The caller's end of one request: its events, in order, and a cancel button."""
 
     def __init__(self, request_id: str, n: int, cancel: Callable[[str], None]) -> None:

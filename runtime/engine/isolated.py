@@ -46,7 +46,6 @@ import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from runtime.chat.families import Family
 from runtime.engine.api import (
     EmbeddingInput,
     Embeddings,
@@ -206,11 +205,6 @@ class IsolatedEngine:
     def render_chat(self, messages: Any, *, tools: Any = (), extra: Any = None) -> str:
         return self._live().call("render_chat", messages, tools, extra)
 
-    def template_family(self) -> Family:
-        return self._live().call("template_family")
-
-    def special_tokens(self, texts: Any) -> dict[str, int]:
-        return self._live().call("special_tokens", list(texts))
 
     def tokenize(self, text: str, *, add_special: bool = False,
                  parse_special: bool = False) -> list[int]:

@@ -41,7 +41,7 @@ from runtime.engine.api import EngineAPI, RequestHandle
 from runtime.errors import EngineError
 from runtime.events import ErrorEvent, Event, Finished, TokenEvent
 
-_INLINE = frozenset({"status", "metrics", "template_family", "special_tokens"})
+_INLINE = frozenset({"status", "metrics"})
 _POOLED = frozenset({"load", "unload", "embed", "render_chat", "tokenize"})
 _POOL_WORKERS = 8
 _PARENT_CHECK_S = 1.0

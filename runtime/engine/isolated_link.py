@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from runtime.engine.handle import RequestHandle
+from runtime.engine.handle import EventQueueHandle
 from runtime.engine.isolated_child import rebuilt_error, unpacked
 from runtime.errors import (
     EngineCrashed,
@@ -52,8 +52,8 @@ REAP_S = 2.0  # after its pipe ended: how long the child may take to exit before
 LOST_WORKER_TIMEOUT_S = 1.0  # after a crash, per worker: does it still answer?
 
 
-class IsolatedHandle(RequestHandle):
-    """The caller's end of one request in the child: `RequestHandle`, filled by the reader
+class IsolatedHandle(EventQueueHandle):
+    """The caller's end of one request in the child: `EventQueueHandle`, filled by the reader
     thread from the child's batches of events."""
 
     def __init__(self, request_id: str, n: int, cancel: Callable[[str], None]) -> None:

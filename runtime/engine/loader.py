@@ -18,11 +18,12 @@ projector's under "mmproj.<device> model|compute").
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.chat.families import capabilities
+from runtime.chat.tool_grammar import call_markers
 from runtime.engine.api import LoadedModel
 from runtime.engine.chat_template import ChatTemplate
 from runtime.engine.embeddings import pooling_for
@@ -34,7 +35,7 @@ from runtime.llama.buffers import parse_buffer_sizes, parse_projector_buffers
 from runtime.llama.mtmd import Projector
 from runtime.llama.params import LlamaParams
 from runtime.settings.load import LoadSettings
-from runtime.speculative.api import SpecSetup, Speculation
+from runtime.speculative.api import SpecSetup, SpeculationPolicy
 
 
 @dataclass
@@ -49,7 +50,7 @@ class LoadResult:
 
 def load_model(settings: LoadSettings, params: LlamaParams,
                on_progress: Callable[[float], None] | None,
-               speculation: Speculation | None,
+               speculation: SpeculationPolicy | None,
                probe: Callable[[Path, LlamaParams], None] | None = None) -> LoadResult:
     """Everything the engine needs for `settings`, or a typed error with nothing left open.
     `probe(path, params)` runs after the preflight and before llama.cpp sees the file here."""
@@ -91,7 +92,7 @@ def load_model(settings: LoadSettings, params: LlamaParams,
 
 
 def _finish(settings: LoadSettings, params: LlamaParams, model: LlamaModel, ctx: LlamaContext,
-            speculation: Speculation | None,
+            speculation: SpeculationPolicy | None,
             probe: Callable[[Path, LlamaParams], None] | None,
             projector: Projector | None = None) -> LoadResult:
     notes = list(params.notes)
@@ -155,7 +156,8 @@ def _finish(settings: LoadSettings, params: LlamaParams, model: LlamaModel, ctx:
         allocated=allocated,
         draft=spec.draft_name if spec is not None else None,
         draft_refused=draft_refused,
-        chat_family=template.family.name,
+        family=template.family,
+        call_tokens=single_tokens(model, call_markers(template.family)),
         capabilities=capabilities(template.family, chat=_writes(model, ctx),
                                   embeddings=_embeds(model)) + (("vision",) if projector else ()),
         projector=projector.path.name if projector is not None else None,
@@ -164,6 +166,19 @@ def _finish(settings: LoadSettings, params: LlamaParams, model: LlamaModel, ctx:
     if ctx.n_seq_max < settings.n_parallel:
         raise LoadError(f"llama.cpp gave {ctx.n_seq_max} sequence slots, not {settings.n_parallel}")
     return LoadResult(model, ctx, info, template, spec, projector)
+
+
+def single_tokens(model: LlamaModel, texts: Iterable[str]) -> dict[str, int]:
+    """Of `texts` (a call format's markers), those the vocabulary holds as one added or
+    control token: text → id, so a grammar asks for the token the model was trained to
+    write rather than its spelling."""
+    found: dict[str, int] = {}
+    for text in texts:
+        ids = model.tokenize(text, add_special=False, parse_special=True)
+        if len(ids) == 1 and len(model.tokenize(text, add_special=False,
+                                                parse_special=False)) > 1:
+            found[text] = ids[0]
+    return found
 
 
 def _writes(model: LlamaModel, ctx: LlamaContext) -> bool:

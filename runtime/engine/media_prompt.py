@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from runtime.chat.reply import starts_in_reasoning
 from runtime.engine.chat_template import ChatTemplate
 from runtime.engine.prompt import PreparedPrompt, utf8_safe
 from runtime.errors import ContextOverflow, EngineError, ImageError, shown
@@ -204,7 +205,8 @@ def prepare_media_prompt(request: GenerationRequest, vocab: Any, template: ChatT
             f"the prompt with its images is {len(tokens)} tokens ({sum(s.n_tokens for s in spans)} "
             f"of them for {len(spans)} image(s)) but the context holds {n_ctx}; send fewer "
             "images, shorten the chat, or load the model with a longer context")
-    return MediaPrompt(PreparedPrompt(tuple(tokens)), projector, chunks, spans)
+    prepared = PreparedPrompt(tuple(tokens), in_reasoning=starts_in_reasoning(template.family, text))
+    return MediaPrompt(prepared, projector, chunks, spans)
 
 
 def _marked(messages: Sequence[ChatMessage], marker: str) -> tuple[ChatMessage, ...]:

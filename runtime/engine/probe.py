@@ -46,7 +46,7 @@ from typing import Any
 
 from runtime import errors
 from runtime.errors import LoadError, OutriderError, shown
-from runtime.gguf.verdicts import Verdict, VerdictStore, crashed
+from runtime.gguf.verdicts import LoadVerdict, VerdictStore, crashed
 from runtime.llama.binding import Batch, LlamaContext, LlamaModel
 from runtime.llama.params import LlamaParams
 
@@ -97,7 +97,7 @@ class LoadProbe:
         if not verdict.ok:
             raise crashed(path, verdict.reason)
 
-    def _run_child(self, path: Path, params: LlamaParams) -> Verdict | None:
+    def _run_child(self, path: Path, params: LlamaParams) -> LoadVerdict | None:
         """The child's verdict; None when the child never got as far as llama.cpp (it could
         not start or import), which says nothing about the file."""
         request = {"path": str(path), "params": _probe_params(params)}
@@ -121,10 +121,10 @@ class LoadProbe:
             return None
         outcome = next((r for r in reports if "ok" in r), None)
         if outcome is not None and outcome["ok"]:
-            return Verdict(ok=True)
+            return LoadVerdict(ok=True)
         if outcome is not None:
             raise _refusal(outcome)
-        return Verdict(ok=False, reason=crash_reason(done.stderr, done.returncode))
+        return LoadVerdict(ok=False, reason=crash_reason(done.stderr, done.returncode))
 
 
 def child_command() -> list[str]:

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from runtime.chat.reply import starts_in_reasoning
 from runtime.engine.chat_template import ChatTemplate
 from runtime.errors import ContextOverflow, SettingsError
 from runtime.events import ChatMessage, GenerationRequest, SamplingParams
@@ -49,14 +50,18 @@ class PreparedPrompt:
     tokens: tuple[int, ...]
     truncated_tokens: int = 0
     dropped_messages: int = 0
+    in_reasoning: bool = False  # the rendered chat ends inside the thinking block
 
 
 def prepare_prompt(request: GenerationRequest, tok: Tokenizer, template: ChatTemplate,
                    n_ctx: int) -> PreparedPrompt:
     """Tokens for `request` that fit in `n_ctx`, or a typed error."""
     bound = _Bound(template, request.tools, dict(request.template_kwargs))
+    in_reasoning = False
     if request.messages is not None:
-        tokens = _chat_tokens(request.messages, tok, bound)
+        text = utf8_safe(bound.render(request.messages, add_generation_prompt=True))
+        tokens = tok.tokenize(text)
+        in_reasoning = starts_in_reasoning(template.family, text)
     elif isinstance(request.prompt, str):
         tokens = tok.tokenize(utf8_safe(request.prompt))
     else:
@@ -67,7 +72,7 @@ def prepare_prompt(request: GenerationRequest, tok: Tokenizer, template: ChatTem
     if not tokens:
         raise SettingsError("the prompt is empty")
     if len(tokens) <= n_ctx:
-        return PreparedPrompt(tuple(tokens))
+        return PreparedPrompt(tuple(tokens), in_reasoning=in_reasoning)
     if not request.truncate_middle:
         raise ContextOverflow(
             f"the prompt is {len(tokens)} tokens but the context holds {n_ctx}; shorten it, "
@@ -75,7 +80,8 @@ def prepare_prompt(request: GenerationRequest, tok: Tokenizer, template: ChatTem
     # Leave room to answer: up to max_tokens, but never more than half the context.
     limit = n_ctx - min(request.sampling.max_tokens, n_ctx // 2)
     if request.messages is not None:
-        return _drop_turns(request.messages, tok, bound, limit, n_ctx, len(tokens))
+        dropped = _drop_turns(request.messages, tok, bound, limit, n_ctx, len(tokens))
+        return replace(dropped, in_reasoning=in_reasoning)  # the same generation prompt ends it
     head = limit // 2
     kept = tokens[:head] + tokens[len(tokens) - (limit - head):]
     return PreparedPrompt(tuple(kept), truncated_tokens=len(tokens) - len(kept))

@@ -281,28 +281,28 @@ class Scheduler:
             seq.last_step = self._steps
         reserved = sum(len(e.tokens) for e in entries)
 
-        # 2. running prompts, then 3. admissions — within the budget and the free cells.
-        for seq in [s for s in self.running if not s.decoding and not s.finished]:
-            if left <= 0:
-                break
+        def prefill(seq: Sequence) -> bool:
+            """As many of `seq`'s pending tokens as the budget and the free cells allow into
+            the batch; False when none fit."""
+            nonlocal left, reserved
             n = min(seq.pending, left, kv.free - reserved)
             if n <= 0:
-                continue
+                return False
             entry = self._prefill_entry(seq, n, kv.free - reserved)
             entries.append(entry)
             left -= len(entry.tokens) + entry.media
             reserved += len(entry.tokens)
+            return True
+
+        # 2. running prompts, then 3. admissions — within the budget and the free cells.
+        for seq in [s for s in self.running if not s.decoding and not s.finished]:
+            if left <= 0:
+                break
+            prefill(seq)
         while self.waiting and left > 0:
             admitted = self._admit(reserved, n_running=len(self.running))
-            if admitted is None:
+            if admitted is None or not prefill(admitted):
                 break
-            n = min(admitted.pending, left, kv.free - reserved)
-            if n <= 0:
-                break
-            entry = self._prefill_entry(admitted, n, kv.free - reserved)
-            entries.append(entry)
-            left -= len(entry.tokens) + entry.media
-            reserved += len(entry.tokens)
         return entries
 
     def _prefill_entry(self, seq: Sequence, n: int, room: int) -> _Entry:

@@ -10,6 +10,10 @@ Source: llama-cpp-python 0.3.36's vendored llama.cpp (commit 0c1e570, llama 0.5.
 - `SWA_DEFAULTS`: what the `load_swa_pattern(ml, n, dense_first)` calls in src/models/*.cpp
   assume when a file has no `sliding_window_pattern` key.
 
+`GGML_TYPE_IDS`, `type_id`, `type_block` and `type_bytes` read `GGML_TYPES` by name: the one
+table of ggml types' ids and sizes (the planner's KV bytes, the settings' cache types, the
+ids llama.cpp is given, the quantizer's types all come from it).
+
 Regenerate after upgrading llama-cpp-python (and review the diff):
 
     python -m runtime.gguf.constants /path/to/vendor/llama.cpp > /tmp/new.txt
@@ -84,6 +88,39 @@ GGML_TYPES: dict[int, tuple[str, int, int]] = {
     41: ("Q1_0", 128, 18),
     42: ("Q2_0", 64, 18),
 }
+
+# ggml type name (upper case, as GGML_TYPES spells it) -> id: GGML_TYPES read the other way
+GGML_TYPE_IDS: dict[str, int] = {name: tid for tid, (name, _, _) in GGML_TYPES.items()}
+
+
+def type_id(name: str) -> int:
+    """The ggml type id of `name`, in any case; KeyError for a type ggml does not have.
+
+        >>> type_id("q8_0"), type_id("BF16")
+        (8, 30)
+    """
+    return GGML_TYPE_IDS[name.upper()]
+
+
+def type_block(name: str) -> tuple[int, int]:
+    """(values per block, bytes per block) of the ggml type `name`, in any case.
+
+        >>> type_block("q8_0")     # 32 int8 values and one f16 scale
+        (32, 34)
+    """
+    _, block, size = GGML_TYPES[type_id(name)]
+    return block, size
+
+
+def type_bytes(name: str) -> float:
+    """Bytes per value of the ggml type `name`, in any case.
+
+        >>> type_bytes("q8_0"), type_bytes("f16")
+        (1.0625, 2.0)
+    """
+    block, size = type_block(name)
+    return size / block
+
 
 # general.file_type id -> quant name (LlamaFileType without its MOSTLY_/ALL_ prefix)
 FILE_TYPES: dict[int, str] = {

@@ -1,8 +1,28 @@
 """A defensive reader for the header of a GGUF file: key/values and tensor infos, no data.
 
-    >>> header = parse_header(open("m.gguf", "rb").read(1 << 20), total_size=98_362_432)
-    >>> header.kv["general.architecture"], len(header.tensors), header.data_end
-    ('llama', 272, 98362432)
+For the default model (SmolLM2-135M-Instruct Q4_1, 98,362,432 bytes), whose header takes a
+little over 1 MiB:
+
+    header = parse_header(open("m.gguf", "rb").read(4 << 20), total_size=98_362_432)
+    header.kv["general.architecture"], len(header.tensors), header.data_end
+    # ('llama', 272, 98362432)
+
+The same on a file written here with the `gguf` package (one 4×8 F32 tensor):
+
+    >>> import gguf, numpy as np, tempfile
+    >>> folder = tempfile.TemporaryDirectory(); path = Path(folder.name, "tiny.gguf")
+    >>> writer = gguf.GGUFWriter(path, "llama")
+    >>> writer.add_tensor("output.weight", np.zeros((8, 4), np.float32))
+    >>> writer.write_header_to_file(); writer.write_kv_data_to_file()
+    >>> writer.write_tensors_to_file(); writer.close()
+    >>> data = path.read_bytes()
+    >>> header = parse_header(data, total_size=len(data))
+    >>> header.kv["general.architecture"], header.tensors[0].shape, header.data_end == len(data)
+    ('llama', (4, 8), True)
+    >>> parse_header(data[:100], total_size=len(data))   # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    runtime.gguf.header.HeaderIncomplete: header needs at least ... bytes
+    >>> folder.cleanup()
 
 Why not `gguf.GGUFReader`: it maps the tensor *data* as well, so it cannot work on the
 header-only prefix that a remote read fetches; it trusts the counts in the file (an absurd

@@ -1,10 +1,10 @@
 """What a GGUF model is, from its header alone: `ModelInfo`, read from a local file or a URL.
 
-    >>> info = read_model_info(Path("SmolLM2-135M-Instruct.Q4_1.gguf"))
-    >>> info.architecture, info.block_count, info.n_head_kv[0], info.key_length, info.quant
-    ('llama', 30, 3, 64, 'Q4_1')
-    >>> info.tensor_bytes, round(info.bits_per_weight, 2)
-    (96576768, 5.74)
+    info = read_model_info(Path("SmolLM2-135M-Instruct.Q4_1.gguf"))   # the default model
+    info.architecture, info.block_count, info.n_head_kv[0], info.key_length, info.quant
+    # ('llama', 30, 3, 64, 'Q4_1')
+    info.tensor_bytes, round(info.bits_per_weight, 2)
+    # (96576768, 5.74)
 
 The vocabulary can be large (150k tokens, megabytes of text), so `ModelInfo` does not hold
 it: it keeps the token count, a fingerprint of the raw token list (`vocab_fingerprint`: two
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.errors import CorruptModel
-from runtime.gguf.constants import FILE_TYPES, GGML_TYPES, SWA_DEFAULTS
+from runtime.gguf.constants import FILE_TYPES, SWA_DEFAULTS
 from runtime.gguf.header import GGUFHeader, LazyArray, metadata_value
 from runtime.gguf.preflight import inspect_gguf
 from runtime.gguf.vocab import header_vocabulary, read_span
@@ -312,11 +312,3 @@ def _per_layer(kv: dict[str, Any], key: str, n_layer: int, default: int | None) 
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise CorruptModel(f"metadata {key} is {value!r}, not a head count")
     return (value,) * n_layer
-
-
-def ggml_type_bytes(type_name: str) -> float:
-    """Bytes per value of a ggml type by name: 'q8_0' → 34/32."""
-    for name, block, size in GGML_TYPES.values():
-        if name.lower() == type_name.lower():
-            return size / block
-    raise KeyError(type_name)

@@ -5,8 +5,14 @@ A well-formed GGUF can still abort llama.cpp: its loader checks hyperparameters 
 they have no code for. `check_model_rules` refuses each such file with a `CorruptModel`
 whose one line names the key or tensor:
 
+    >>> kv = {"general.architecture": "llama", "llama.block_count": 1,
+    ...       "llama.context_length": 2048, "llama.embedding_length": 64,
+    ...       "llama.expert_count": 8, "llama.expert_used_count": 0}
+    >>> header = GGUFHeader(3, kv, {}, (), alignment=32, data_offset=0, data_size=0)
+    >>> tensors = [TensorInfo("blk.0.ffn_up_exps.weight", (64, 128, 8), 0, 0, 65536, 262144)]
     >>> check_model_rules(header, tensors, Path("moe.gguf"))
-    CorruptModel: moe.gguf has llama.expert_count 8 but llama.expert_used_count 0; llama.cpp needs 1 to 8 experts per token
+    Traceback (most recent call last):
+    runtime.errors.CorruptModel: moe.gguf has llama.expert_count 8 but llama.expert_used_count 0; llama.cpp needs 1 to 8 experts per token
 
 The rules, with the line of llama.cpp (the version llama-cpp-python 0.3.36 vendors) that
 aborts without them:

@@ -1,8 +1,14 @@
 """Check a GGUF file before llama.cpp ever opens it, so a bad file is a typed error, not a crash.
 
-    >>> check_gguf(Path("SmolLM2-135M-Instruct.Q4_1.gguf"))      # fine: returns None
-    >>> check_gguf(Path("half-downloaded.gguf"))
-    TruncatedModel: half-downloaded.gguf is cut short: it has 49,181,216 of 98,362,432 bytes (50%) — an interrupted download?
+    check_gguf(Path("SmolLM2-135M-Instruct.Q4_1.gguf"))      # fine: returns None
+    check_gguf(Path("half-downloaded.gguf"))                 # its first 49,181,216 bytes
+    # TruncatedModel: half-downloaded.gguf is cut short: it has 49,181,216 of 98,362,432 bytes (50%) — an interrupted download?
+
+A file that is not there is a typed error too:
+
+    >>> check_gguf(Path("no-such-model.gguf"))
+    Traceback (most recent call last):
+    runtime.errors.ModelNotFound: no model file at no-such-model.gguf
 
 What is checked (llama.cpp's loader checks the same things, but answers a bad file with a
 log line and NULL, or worse, an abort): the path is a file; magic and version; key, tensor,

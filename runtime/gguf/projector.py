@@ -1,8 +1,8 @@
 """Vision projectors ("mmproj" GGUFs, `general.architecture = clip`) from their header alone.
 
-    >>> info = read_projector_info(Path("mmproj-gemma-3-4b-it-f16.gguf"))
-    >>> info.projector_type, info.image_size, info.patch_size, info.n_merge, info.image_tokens
-    ('gemma3', 896, 14, 4, 256)
+    info = read_projector_info(Path("mmproj-gemma-3-4b-it-f16.gguf"))
+    info.projector_type, info.image_size, info.patch_size, info.n_merge, info.image_tokens
+    # ('gemma3', 896, 14, 4, 256)
 
 `check_projector` is the projector's preflight (the model's is `runtime.gguf.preflight`): a
 file that is not a GGUF, is cut short, is a language model rather than a projector, has no

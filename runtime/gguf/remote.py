@@ -1,8 +1,8 @@
 """Read a remote GGUF's header with HTTP range requests: model facts without the weights.
 
-    >>> info = read_remote_model_info(
-    ...     "https://huggingface.co/bartowski/X-GGUF/resolve/main/X-Q4_K_M.gguf")
-    >>> info.quant, info.tensor_bytes          # fetched ~1-8 MiB of a 5 GB file
+    info = read_remote_model_info(
+        "https://huggingface.co/bartowski/X-GGUF/resolve/main/X-Q4_K_M.gguf")
+    info.quant, info.tensor_bytes              # fetched ~1-8 MiB of a 5 GB file
 
 The first request asks for `FIRST_CHUNK` bytes; while the header parser reports that it
 needs more, the next request asks for the missing bytes (at least doubling what is held),

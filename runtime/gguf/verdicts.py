@@ -2,7 +2,7 @@
 
     store = VerdictStore()                        # <user cache>/load-verdicts.json
     store.get(path)                               # None: never probed
-    store.put(path, Verdict(ok=False, reason="llama-model.cpp:1061: GGML_ASSERT(...) failed"))
+    store.put(path, LoadVerdict(ok=False, reason="llama-model.cpp:1061: GGML_ASSERT(...) failed"))
     store.refuse_known_crash(path)                # LoadCrashed: llama.cpp crashed while loading …
     store.failing(path)                           # the crash text, for the library's mark
 
@@ -41,7 +41,7 @@ _VERSION = 1
 
 
 @dataclass(frozen=True)
-class Verdict:
+class LoadVerdict:
     ok: bool
     reason: str = ""  # a crash: llama.cpp's assertion text, one line
 
@@ -75,7 +75,7 @@ class VerdictStore:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path if path is not None else user_dirs().cache / FILE_NAME
 
-    def get(self, model: Path) -> Verdict | None:
+    def get(self, model: Path) -> LoadVerdict | None:
         try:
             key = file_key(model)
         except OSError:
@@ -83,9 +83,9 @@ class VerdictStore:
         entry = self._read().get(key)
         if not isinstance(entry, dict):
             return None
-        return Verdict(ok=bool(entry.get("ok")), reason=str(entry.get("reason", "")))
+        return LoadVerdict(ok=bool(entry.get("ok")), reason=str(entry.get("reason", "")))
 
-    def put(self, model: Path, verdict: Verdict) -> None:
+    def put(self, model: Path, verdict: LoadVerdict) -> None:
         files = self._read()
         files[file_key(model)] = {"ok": verdict.ok, "reason": verdict.reason,
                                   "name": Path(model).name, "checked": time.time()}

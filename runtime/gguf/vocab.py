@@ -10,12 +10,12 @@ Two views, for two kinds of reader:
   bytes. The draft check (`runtime.speculative.compat`) compares these; reading them costs
   the token list, a few MB for a 150k-token vocabulary.
 
-    >>> vocab = header_vocabulary(read_local_header(Path("SmolLM2-135M-Instruct.Q4_1.gguf")))
-    >>> vocab.model, vocab.pre, vocab.n_tokens, vocab.bos_id, vocab.add_eos
-    ('gpt2', 'smollm', 49152, 1, None)
-    >>> facts = read_tokenizer_facts(Path("SmolLM2-135M-Instruct.Q4_1.gguf"))
-    >>> facts.vocab_type, facts.add_eos, facts.tokens[5]   # "gpt2" is llama.cpp's BPE
-    ('bpe', False, b'<file_sep>')
+    vocab = header_vocabulary(read_local_header(Path("SmolLM2-135M-Instruct.Q4_1.gguf")))
+    vocab.model, vocab.pre, vocab.n_tokens, vocab.bos_id, vocab.add_eos
+    # ('gpt2', 'smollm', 49152, 1, None)
+    facts = read_tokenizer_facts(Path("SmolLM2-135M-Instruct.Q4_1.gguf"))
+    facts.vocab_type, facts.add_eos, facts.tokens[5]   # "gpt2" is llama.cpp's BPE
+    # ('bpe', False, b'<file_sep>')
 
 Why not `gguf.GGUFReader` for the token list: it builds a numpy object per token (seconds
 for 150k tokens) and maps the tensor data too; the header parser keeps the list as a byte

@@ -13,12 +13,12 @@ Outrider sends the Hub only the requests the user asked for: `huggingface_hub`'s
 off. Its user-agent code (2.x) would otherwise fetch a list of "agent harnesses" from
 huggingface.co itself — ignoring a configured mirror — before the first request of a process.
 
-    >>> hub = Hub(token=None)
-    >>> [r.repo_id for r in hub.search("qwen2.5 7b instruct", sort="downloads", limit=3)]
-    ['bartowski/Qwen2.5-7B-Instruct-GGUF', 'Qwen/Qwen2.5-7B-Instruct-GGUF', ...]
-    >>> details = hub.repo_details("Qwen/Qwen2.5-0.5B-Instruct-GGUF")
-    >>> details.file("qwen2.5-0.5b-instruct-q8_0.gguf").size      # from files_metadata
-    675710816
+    hub = Hub(token=None)                          # asks huggingface.co
+    [r.repo_id for r in hub.search("qwen2.5 7b instruct", sort="downloads", limit=3)]
+    # ['bartowski/Qwen2.5-7B-Instruct-GGUF', 'Qwen/Qwen2.5-7B-Instruct-GGUF', ...]
+    details = hub.repo_details("Qwen/Qwen2.5-0.5B-Instruct-GGUF")
+    details.file("qwen2.5-0.5b-instruct-q8_0.gguf").size      # from files_metadata
+    # 675710816
 
 Offline (`HF_HUB_OFFLINE=1`): answers fetched before are served from the cache
 (`<user cache>/hub/`); anything else raises `HubOffline`.
@@ -27,9 +27,9 @@ No network: each call first resolves the endpoint's host name and opens a TCP co
 each for at most `resolve_timeout` seconds (3 s; `check_reachable` says why), so a call without
 a network is `HubUnreachable` within seconds instead of half a minute.
 
-    >>> Hub(endpoint="https://hub.invalid").search("qwen")
+    >>> Hub(endpoint="https://hub.invalid").search("qwen")      # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    runtime.errors.HubUnreachable: cannot reach https://hub.invalid: the name hub.invalid does not resolve ([Errno -2] Name or service not known)
+    runtime.errors.HubUnreachable: cannot reach https://hub.invalid: the name hub.invalid does not resolve (...)
 """
 
 from __future__ import annotations

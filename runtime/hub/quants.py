@@ -1,10 +1,10 @@
 """The quants of a GGUF repository: what each file is, what it costs, and whether it fits here.
 
-    >>> listing = list_quants(hub, "bartowski/Qwen2.5-7B-Instruct-GGUF")
-    >>> [(e.quant, e.size >> 20, round(e.bits_per_weight or 0, 2), e.verdict) for e in listing.entries][:2]  # illustrative
-    [('Q2_K', 2876, 3.17, 'full_gpu'), ('Q3_K_M', 3631, 4.0, 'full_gpu')]
-    >>> listing.recommended.quant, listing.recommended_reason
-    ('Q4_K_M', 'your preferred level Q4_K_M fits (full_gpu)')
+    listing = list_quants(hub, "bartowski/Qwen2.5-7B-Instruct-GGUF")     # asks the Hub
+    [(e.quant, e.size >> 20, round(e.bits_per_weight or 0, 2), e.verdict) for e in listing.entries][:2]
+    # [('Q2_K', 2876, 3.17, 'full_gpu'), ('Q3_K_M', 3631, 4.0, 'full_gpu')]
+    listing.recommended.quant, listing.recommended_reason
+    # ('Q4_K_M', 'your preferred level Q4_K_M fits (full_gpu)')
 
 - Every `.gguf` in the repository is listed; the parts of a split model
   (`…-00001-of-00003.gguf`) form one entry.
@@ -22,9 +22,9 @@
   every entry's `projector`, downloaded with it (`download_files`), its weights and compute
   buffer counted in the fit and its image tokens in the plan's notes:
 
-    >>> e = list_quants(hub, "ggml-org/gemma-3-4b-it-GGUF").entry("Q4_K_M")   # illustrative
-    >>> e.projector.label, [f.name for f in e.download_files]
-    ('vision: projector F16, 812 MiB', ['gemma-3-4b-it-Q4_K_M.gguf', 'mmproj-model-f16.gguf'])
+    e = list_quants(hub, "ggml-org/gemma-3-4b-it-GGUF").entry("Q4_K_M")
+    e.projector.label, [f.name for f in e.download_files]
+    # ('vision: projector F16, 812 MiB', ['gemma-3-4b-it-Q4_K_M.gguf', 'mmproj-model-f16.gguf'])
 """
 
 from __future__ import annotations
@@ -256,8 +256,13 @@ def entry_by_name(details: RepoDetails, wanted: str) -> QuantEntry | None:
     its name comes alone), or the quant a model's file name claims ("Q4_K_M", any case), with
     the repository's projector; None when no name matches (`list_quants` then reads headers).
 
-    >>> [f.name for f in entry_by_name(details, "q8_0").download_files]      # illustrative
+    >>> names = ["gemma-3-4b-it-Q4_K_M.gguf", "gemma-3-4b-it-Q8_0.gguf", "mmproj-model-f16.gguf"]
+    >>> details = RepoDetails("ggml-org/gemma-3-4b-it-GGUF", "main", license=None, gated=False,
+    ...                       last_modified=None, files=tuple(RepoFile(n, None) for n in names))
+    >>> [f.name for f in entry_by_name(details, "q8_0").download_files]
     ['gemma-3-4b-it-Q8_0.gguf', 'mmproj-model-f16.gguf']
+    >>> entry_by_name(details, "Q6_K") is None
+    True
     """
     projector = choose_projector(details)
     for group in group_gguf_files(details.gguf_files):
@@ -275,10 +280,15 @@ def recommend(entries: Sequence[QuantEntry], preferred: str = DEFAULT_PREFERRED
               ) -> tuple[QuantEntry | None, str]:
     """The entry to offer first, and why.
 
-    >>> levels = [e.quant for e in entries]; levels          # doctest: +SKIP
-    ['Q3_K_M', 'Q4_K_M', 'Q8_0']
+    >>> def entry(quant, fits):
+    ...     f = RepoFile(f"x-{quant}.gguf", 1 << 30)
+    ...     return QuantEntry("o/x-GGUF", "main", f.name, (f,), quant, "header", 1 << 30,
+    ...                       verdict="full_gpu" if fits else "wont_fit", fits=fits)
+    >>> entries = [entry("Q3_K_M", True), entry("Q4_K_M", True), entry("Q8_0", False)]
     >>> recommend(entries, "Q6_K")[0].quant                   # Q6_K absent: next smaller
     'Q4_K_M'
+    >>> recommend(entries, "Q8_0")[1]                         # Q8_0 does not fit
+    'Q4_K_M is the nearest level to Q8_0 that fits (full_gpu)'
     """
     pref = preferred.upper()
     if pref not in PREFERRED_QUANTS:

@@ -1,9 +1,9 @@
 """A Hub projector's header, read remotely and cached per commit, as the quant table reads a
 model's (`runtime.hub.quants`): a few hundred KiB of range requests, once per revision.
 
-    >>> info, error = cached_projector_info(hub, details, "mmproj-model-f16.gguf", hub.headers())
-    >>> info.projector_type, info.image_tokens, error                    # illustrative
-    ('gemma3', 256, None)
+    info, error = cached_projector_info(hub, details, "mmproj-model-f16.gguf", hub.headers())
+    info.projector_type, info.image_tokens, error      # ggml-org/gemma-3-4b-it-GGUF's
+    # ('gemma3', 256, None)
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from runtime.errors import OutriderError
 from runtime.gguf.projector import ProjectorInfo, projector_info
 from runtime.gguf.remote import read_remote_header
 from runtime.hub.client import Hub, RepoDetails
+from runtime.paths import user_dirs
 
 ReadProjector = Callable[[str, dict[str, str]], ProjectorInfo]
 
@@ -36,8 +37,6 @@ def cached_projector_info(hub: Hub, details: RepoDetails, filename: str,
     """(the header's facts, None), or (None, why it could not be read); cached by (endpoint,
     repository, commit, file) under `cache_dir/remote-gguf` (default: the user cache)."""
     if cache_dir is None:
-        from runtime.paths import user_dirs
-
         cache_dir = user_dirs().cache
     key = f"projector|{hub.endpoint}|{details.repo_id}|{details.revision}|{filename}"
     path = cache_dir / "remote-gguf" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"

@@ -6,11 +6,11 @@ sizes within llama.cpp's limit (the scan knows the token counts); and only then 
 compatibility check (`runtime.speculative.compat`), which reads both token lists. A
 `DraftJudge` reads each file's tokenizer at most once, however many pairs it takes part in.
 
-    >>> judge = DraftJudge()
-    >>> [(c.model.name, c.reasons) for c in judge_drafts(target, library_models, judge.refusals)]
-    [('tiny-draft', ()), ('tiny-alien', ("the target's BOS token '<|endoftext|>' (id 0) ...",))]
-    >>> [m.name for m in compatible_drafts(target, library_models)]
-    ['tiny-draft']
+    judge = DraftJudge()                     # target, library_models: from Library.scan()
+    [(c.model.name, c.reasons) for c in judge_drafts(target, library_models, judge.refusals)]
+    # [('tiny-draft', ()), ('tiny-alien', ("the target's BOS token '<|endoftext|>' (id 0) ...",))]
+    [m.name for m in compatible_drafts(target, library_models)]
+    # ['tiny-draft']
 
 Why not a method of `Library`: pairing needs no directory, and the app remembers verdicts
 across scans (`app.services.drafts`) by passing its own `refusals`.

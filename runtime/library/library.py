@@ -1,13 +1,13 @@
 """The local library of GGUF models: `models/<owner>/<repo>/<file>.gguf` under the user data dir.
 
-    >>> lib = Library()
-    >>> [(m.id, m.quant, m.size) for m in lib.scan()]
-    [('bartowski/Qwen2.5-7B-Instruct-GGUF/Qwen2.5-7B-Instruct-Q4_K_M.gguf', 'Q4_K_M', 4683073952)]
-    >>> lib.import_file(Path("~/Downloads/x-Q8_0.gguf").expanduser(), mode="link")
-    >>> [m.id for m in lib.discover()]        # already on disk elsewhere: HF cache, LM Studio
-    ['Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q8_0.gguf']
-    >>> [d.name for d in compatible_drafts(lib.find("Qwen2.5-7B-Instruct-Q4_K_M"), lib.scan())]
-    ['qwen2.5-0.5b-instruct-q8_0']                 # runtime.library.drafts: the draft pairing
+    lib = Library()                            # the user's own models folder
+    [(m.id, m.quant, m.size) for m in lib.scan()]
+    # [('bartowski/Qwen2.5-7B-Instruct-GGUF/Qwen2.5-7B-Instruct-Q4_K_M.gguf', 'Q4_K_M', 4683073952)]
+    lib.import_file(Path("~/Downloads/x-Q8_0.gguf").expanduser(), mode="link")
+    [m.id for m in lib.discover()]             # already on disk elsewhere: HF cache, LM Studio
+    # ['Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q8_0.gguf']
+    [d.name for d in compatible_drafts(lib.find("Qwen2.5-7B-Instruct-Q4_K_M"), lib.scan())]
+    # ['qwen2.5-0.5b-instruct-q8_0']            (runtime.library.drafts: the draft pairing)
 
 Reading a header costs a few MB of I/O for a big vocabulary, so what a scan learns is cached
 (`<cache>/library-index.json`) keyed by path, size and mtime: a changed file is read again.
@@ -18,8 +18,8 @@ A vision model's projector (`mmproj*.gguf`) is no entry of its own: it is the `p
 the models in its folder (`runtime.library.projectors`, the one pairing rule), and they have
 "vision" among their `capabilities`. A vision model without one says so (`projector_missing`).
 
-    >>> m = lib.find("gemma-3-4b-it-Q4_K_M"); m.projector.name, m.capabilities
-    ('mmproj-model-f16.gguf', ('vision',))
+    m = lib.find("gemma-3-4b-it-Q4_K_M"); m.projector.name, m.capabilities
+    # ('mmproj-model-f16.gguf', ('vision',))
 """
 
 from __future__ import annotations

@@ -7,12 +7,22 @@ model's own folder (a download puts every file of a repository in `models/<owner
     models/ggml-org/gemma-3-4b-it-GGUF/gemma-3-4b-it-Q4_K_M.gguf
     models/ggml-org/gemma-3-4b-it-GGUF/mmproj-model-f16.gguf
 
-    >>> projector_for(Path("models/ggml-org/gemma-3-4b-it-GGUF/gemma-3-4b-it-Q4_K_M.gguf"))
-    PosixPath('models/ggml-org/gemma-3-4b-it-GGUF/mmproj-model-f16.gguf')
-    >>> with_projector(LoadSettings(model_path=that_path)).mmproj_path       # filled in
-    PosixPath('models/ggml-org/gemma-3-4b-it-GGUF/mmproj-model-f16.gguf')
+    >>> import tempfile
+    >>> models = tempfile.TemporaryDirectory()                # a models folder with that pair
+    >>> folder = Path(models.name, "ggml-org", "gemma-3-4b-it-GGUF"); folder.mkdir(parents=True)
+    >>> for name in ("gemma-3-4b-it-Q4_K_M.gguf", "mmproj-model-f16.gguf"):
+    ...     (folder / name).touch()
+    >>> model = folder / "gemma-3-4b-it-Q4_K_M.gguf"
+    >>> projector_for(model).name
+    'mmproj-model-f16.gguf'
+    >>> with_projector(LoadSettings(model_path=model), roots=[models.name]).mmproj_path.name
+    'mmproj-model-f16.gguf'
+    >>> models.cleanup()
+
+Some architectures read images only from a size on: Gemma 3 1B (and 270M) read text only.
+
     >>> vision_capable("gemma3", 3_880_000_000), vision_capable("gemma3", 1_000_000_000)
-    (True, False)                                    # Gemma 3 1B (and 270M) read text only
+    (True, False)
 
 When a folder (or a repository) holds several projectors, `preferred_projector` takes the F16
 one (what llama.cpp's own `ggml-org` repositories publish and llama-server's `-hf` fetches),

@@ -37,7 +37,13 @@ import llama_cpp.llama_cpp as L
 import numpy as np
 from llama_cpp._ctypes_extensions import load_shared_library
 
-from runtime.errors import LoadError, SettingsError, UnsupportedArchitecture, shown
+from runtime.errors import (
+    ConstraintError,
+    LoadError,
+    SettingsError,
+    UnsupportedArchitecture,
+    shown,
+)
 from runtime.llama.params import CPU_MOE_ALL, LlamaParams, expert_override_patterns
 from runtime.llama.reason import first_reason
 from runtime.llama.rpc import has_local_gpu, model_devices
@@ -62,14 +68,16 @@ class LlamaLog:
 
     Lines go to the `outrider.llama` logger at debug level (warnings and errors at their own
     level), are kept in a short ring buffer (the reason of a failed load is usually the last
-    error line), and can be captured whole around a load (`capture()`), which is where
-    llama.cpp reports the buffers it allocated.
+    error line), can be captured whole around a load (`capture()`), which is where
+    llama.cpp reports the buffers it allocated, and followed line by line as they come
+    (`listen()`: the quantizer's progress).
     """
 
     def __init__(self, keep: int = 200) -> None:
         self._lock = threading.Lock()
         self._recent: deque[tuple[int, str]] = deque(maxlen=keep)
         self._captures: list[list[str]] = []
+        self._listeners: list[Callable[[int, str], None]] = []
         self._level = logging.DEBUG
         self._partial = ""
         # The C side keeps only a raw pointer: this object must outlive the registration.
@@ -91,7 +99,11 @@ class LlamaLog:
                 py_level = self._level
                 for line in lines:
                     self._recent.append((py_level, line))
+                listeners = list(self._listeners)
             for line in lines:
+                for listener in listeners:
+                    with contextlib.suppress(Exception):  # it loses the line, nothing more
+                        listener(py_level, line)
                 if line.strip():
                     # All of it at debug level: what matters reaches the user as a typed
                     # error or a LoadedModel note, not as stderr noise.
@@ -116,6 +128,20 @@ class LlamaLog:
         finally:
             with self._lock:
                 self._captures.remove(buf)
+
+    @contextmanager
+    def listen(self, on_line: Callable[[int, str], None]) -> Iterator[None]:
+        """Call `on_line(level, line)` with each whole line logged while the block runs, on
+        the thread that logged it; `level` is the `logging` level llama.cpp gave the part
+        that ended the line. A listener that raises loses that line (nothing may raise
+        into C)."""
+        with self._lock:
+            self._listeners.append(on_line)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._listeners.remove(on_line)
 
     def last_errors(self, n: int = 3) -> list[str]:
         """The most recent error/warning lines, oldest first."""
@@ -376,6 +402,37 @@ class LlamaModel:
                 return buf.raw[:n].decode("utf-8", errors="replace")
             cap = -n
 
+    # int32_t llama_token_to_piece(const struct llama_vocab * vocab, llama_token token,
+    #                              char * buf, int32_t length, int32_t lstrip, bool special);
+    # enum llama_token_attr llama_vocab_get_attr(const struct llama_vocab * vocab, llama_token token);
+    def marked_pieces(self) -> list[bytes]:
+        """Every token's bytes as a grammar engine reads the vocabulary: llguidance's
+        `lltokenizer_from_vocab` on llama.cpp's current vocabulary API (that one calls the
+        deprecated `llama_token_get_attr`, a warning per token). Control tokens, and
+        user-defined ones that look like them ("<tool_call>"), come behind a 0xff byte:
+        grammars name them as special tokens, and text never produces them."""
+        size = 16 * 1024
+        buf = ctypes.create_string_buffer(size + 1)
+        control, user = L.LLAMA_TOKEN_ATTR_CONTROL, L.LLAMA_TOKEN_ATTR_USER_DEFINED
+        pieces: list[bytes] = []
+        for token in range(self.n_vocab):
+            n = L.llama_token_to_piece(self.vocab, token, buf, size, 0, True)
+            if n < 0:
+                raise ConstraintError(f"token {token} of the vocabulary is longer than {size} "
+                                      "bytes")
+            piece = buf.raw[:n]
+            attr = L.llama_vocab_get_attr(self.vocab, token)
+            if attr & control or (attr & user and piece.startswith(b"<") and piece.endswith(b">")):
+                piece = b"\xff" + piece
+            pieces.append(piece)
+        return pieces
+
+    @property
+    def tokenize_address(self) -> int:
+        """The address of `llama_tokenize`, for a library that tokenizes this vocabulary
+        itself (llguidance, given `vocab`)."""
+        return ctypes.cast(L._lib.llama_tokenize, ctypes.c_void_p).value or 0
+
 
 class Utf8Stream:
     """Token bytes in, complete characters out: a character split over two tokens comes
@@ -495,7 +552,8 @@ class Batch:
             return self.n_outputs - 1
         return -1
 
-    def add_tokens(self, tokens: Sequence[int], pos0: int, seq_id: int, logits_last: bool) -> int:
+    def add_tokens(self, tokens: Sequence[int] | np.ndarray, pos0: int, seq_id: int,
+                   logits_last: bool) -> int:
         """Append a run of one sequence's tokens at positions pos0, pos0+1, …; returns the
         output row of the last token (or -1)."""
         n = len(tokens)
@@ -513,7 +571,8 @@ class Batch:
             return self.n_outputs - 1
         return -1
 
-    def add_tokens_all_logits(self, tokens: Sequence[int], pos0: int, seq_id: int) -> int:
+    def add_tokens_all_logits(self, tokens: Sequence[int] | np.ndarray, pos0: int,
+                              seq_id: int) -> int:
         """Append a run asking logits for every token (a draft to verify); returns the
         output row of the first one (rows are consecutive)."""
         n = len(tokens)

@@ -3,11 +3,12 @@
 llama.cpp does not return these numbers through its API; it logs them while loading a
 model and creating a context:
 
-    load_tensors:   CPU_Mapped model buffer size =    92.10 MiB
-    llama_context:        CPU  output buffer size =     0.19 MiB
-    llama_kv_cache:        CPU KV buffer size =    90.00 MiB
-    sched_reserve:        CPU compute buffer size =    98.25 MiB
-
+    >>> log_text = '''
+    ... load_tensors:   CPU_Mapped model buffer size =    92.10 MiB
+    ... llama_context:        CPU  output buffer size =     0.19 MiB
+    ... llama_kv_cache:        CPU KV buffer size =    90.00 MiB
+    ... sched_reserve:        CPU compute buffer size =    98.25 MiB
+    ... '''
     >>> sizes = parse_buffer_sizes(log_text)
     >>> sizes
     {'CPU_Mapped model': 96573850, 'CPU output': 199229, 'CPU KV': 94371840, 'CPU compute': 103022592}
@@ -19,10 +20,11 @@ of two parts (sliding-window models log a SWA and a non-SWA KV buffer) adds up u
 
 A vision projector (libmtmd's clip) logs its own, in other words:
 
-    clip_ctx: CLIP using CPU backend
-    load_hparams: model size:         0.36 MiB
-    reserve_compute_meta:        CPU compute buffer size =     0.31 MiB
-
+    >>> clip_log = '''
+    ... clip_ctx: CLIP using CPU backend
+    ... load_hparams: model size:         0.36 MiB
+    ... reserve_compute_meta:        CPU compute buffer size =     0.31 MiB
+    ... '''
     >>> parse_projector_buffers(clip_log)
     {'mmproj.CPU model': 377487, 'mmproj.CPU compute': 325059}
 

@@ -2,8 +2,9 @@
 
 One pure function, `to_llama_params`, decides every number llama.cpp is given, so what a
 setting does can be read (and tested) here instead of being scattered through the loader.
-It imports nothing from llama_cpp: the ggml type ids and enum values are copied below and
-checked against the binding by `tests/engine/test_llama.py`.
+It imports nothing from llama_cpp: the ggml type ids come from the one table of ggml types
+(`runtime.gguf.constants`), the enum values are copied below, and both are checked against
+the binding by `tests/engine/test_llama.py`.
 
     >>> p = to_llama_params(LoadSettings(model_path=Path("m.gguf"), type_v="q8_0"), 0,
     ...                     cpu_count=4, repack=True)
@@ -29,24 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.gguf.constants import type_id
 from runtime.gguf.info import EXPERT_TENSOR
 from runtime.hugepages import weights_in_ram
 from runtime.openmp import physical_cores
 from runtime.planner.plan import decode_batch
 from runtime.settings.load import LoadSettings
 
-# ggml_type ids (ggml.h) of the KV cache types Outrider offers.
-GGML_TYPE_IDS: dict[str, int] = {
-    "f32": 0,
-    "f16": 1,
-    "q4_0": 2,
-    "q4_1": 3,
-    "q5_0": 6,
-    "q5_1": 7,
-    "q8_0": 8,
-    "iq4_nl": 20,
-    "bf16": 30,
-}
 _UNQUANTIZED = ("f32", "f16", "bf16")
 
 # enum llama_flash_attn_type
@@ -55,8 +45,11 @@ FLASH_ATTN_OFF = 0
 FLASH_ATTN_ON = 1
 
 # enum llama_load_mode
+LOAD_MODE_AUTO = -1  # llama.cpp's choice by the devices (llama_model_default_params)
 LOAD_MODE_NONE = 0
 LOAD_MODE_MMAP = 1
+
+GPU_LAYERS_ALL = -1  # llama_model_params.n_gpu_layers: every layer (llama.cpp's default)
 
 # enum llama_split_mode
 SPLIT_MODE_NONE = 0  # the whole model on main_gpu
@@ -250,8 +243,8 @@ def to_llama_params(settings: LoadSettings, plan_gpu_layers: int | None = None, 
         n_seq_max=settings.n_parallel,
         n_threads=threads,
         n_threads_batch=threads_batch,
-        type_k=GGML_TYPE_IDS[settings.type_k],
-        type_v=GGML_TYPE_IDS[settings.type_v],
+        type_k=type_id(settings.type_k),
+        type_v=type_id(settings.type_v),
         flash_attn=flash,
         kv_unified=True,
         offload_kqv=True,

@@ -1,8 +1,14 @@
 """The compute devices of this machine and their memory, read live.
 
-    >>> list_devices()
-    [Device(id='cpu', name='AMD EPYC 7B13', kind='cpu', total_bytes=8335310848,
-            free_bytes=6871932928, unified=False)]
+    >>> list_devices()[-1]                  # doctest: +ELLIPSIS
+    Device(id='cpu', name=..., kind='cpu', total_bytes=..., free_bytes=..., unified=False)
+
+GPUs come first, in llama.cpp's order; the CPU is always there, and last. On a machine with
+no GPU:
+
+    list_devices()
+    # [Device(id='cpu', name='AMD EPYC 7B13', kind='cpu', total_bytes=8335310848,
+    #         free_bytes=6871932928, unified=False)]
 
 - NVIDIA GPUs through NVML (`nvidia-ml-py`); no driver or no GPU simply means none listed.
   `CUDA_VISIBLE_DEVICES` is honoured, so `cuda:0` is the device llama.cpp calls CUDA0.

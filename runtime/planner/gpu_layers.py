@@ -2,11 +2,15 @@
 and for a mixture-of-experts model with experts on CPU "auto", how many blocks keep their
 experts in RAM.
 
-    >>> planned_gpu_layers(LoadSettings(model_path=smollm2))  # SmolLM2-135M, one 24 GiB GPU
-    31
-    >>> planned_gpu_layers(LoadSettings(model_path=smollm2))  # the same file, no GPU
-    0
-    >>> planned_gpu_layers(LoadSettings(model_path=Path("notes.txt"))) is None  # no GGUF
+    planned_gpu_layers(LoadSettings(model_path=smollm2))  # SmolLM2-135M, one 24 GiB GPU
+    # 31
+    planned_gpu_layers(LoadSettings(model_path=smollm2))  # the same file, no GPU
+    # 0
+
+A file that is no GGUF (or none at all) gives None:
+
+    >>> from pathlib import Path
+    >>> planned_gpu_layers(LoadSettings(model_path=Path("notes.txt"))) is None
     True
 
 31 is every layer llama.cpp can offload (30 blocks and the output layer). Where not all fit,
@@ -68,9 +72,7 @@ def _plan(settings: LoadSettings,
         devices = devices_with_workers(settings.workers)  # WorkerError: before any load
     try:
         info = read_model_info(settings.model_path)
-        draft = None
-        if settings.draft.kind == "model" and settings.draft.model_path is not None:
-            draft = read_model_info(settings.draft.model_path)
+        draft = read_draft_info(settings)
         projector = (read_projector_info(settings.mmproj_path)
                      if settings.mmproj_path is not None else None)
         return info, plan_memory(info, settings, devices, draft=draft, projector=projector)
@@ -79,6 +81,16 @@ def _plan(settings: LoadSettings,
     except (OutriderError, OSError, ValueError) as exc:
         log.info("no memory plan for %s: %s", settings.model_path, exc)
         return None
+
+
+def read_draft_info(settings: LoadSettings) -> ModelInfo | None:
+    """The header of the draft model `settings` load beside the target, which the plan
+    counts with it (weights, cache, compute); None when they draft with no model (no
+    drafting, or prompt lookup, which has no weights). Every plan of a load reads it here."""
+    draft = settings.draft
+    if draft.kind == "model" and draft.model_path is not None:
+        return read_model_info(draft.model_path)
+    return None
 
 
 def planned_offload(settings: LoadSettings,

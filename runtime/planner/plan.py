@@ -1,10 +1,11 @@
 """Will it fit? Memory per device for a model and its load settings, before loading anything.
 
-    >>> plan = plan_memory(info, LoadSettings(model_path=path, n_ctx=8192), list_devices())
-    >>> plan.verdict, plan.gpu_layers, plan.n_layers, plan.max_context
-    ('cpu_only', 0, 31, 8192)
-    >>> plan.describe()
-    'CPU only: 388 MiB (weights 92.1 MiB, KV 180 MiB, compute 98.4 MiB, other 17.4 MiB); max context 8,192'
+    info = read_model_info(path)                     # SmolLM2-135M-Instruct Q4_1, no GPU
+    plan = plan_memory(info, LoadSettings(model_path=path, n_ctx=8192), list_devices())
+    plan.verdict, plan.gpu_layers, plan.n_layers, plan.max_context
+    # ('cpu_only', 0, 31, 8192)
+    plan.describe()
+    # 'CPU only: 388 MiB (weights 92.1 MiB, KV 180 MiB, compute 98.4 MiB, other 17.4 MiB); max context 8,192'
 
 The parts, each as llama.cpp allocates it (src/llama-model.cpp, llama-kv-cache.cpp,
 llama-context.cpp of the vendored build):
@@ -43,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from runtime.errors import SettingsError
-from runtime.gguf.constants import GGML_TYPES
+from runtime.gguf.constants import type_block
 from runtime.gguf.info import ModelInfo
 from runtime.gguf.projector import ProjectorInfo
 from runtime.planner.devices import Device, list_devices
@@ -176,10 +177,11 @@ class MemoryPlan:
 
 def row_bytes(type_name: str, n_values: int) -> int:
     """Bytes of `n_values` of a ggml type, as ggml_row_size: q8_0 packs 32 values in 34 bytes."""
-    for name, block, size in GGML_TYPES.values():
-        if name.lower() == type_name.lower():
-            return -(-n_values // block) * size
-    raise SettingsError(f"unknown cache type {type_name!r}")
+    try:
+        block, size = type_block(type_name)
+    except KeyError:
+        raise SettingsError(f"unknown cache type {type_name!r}") from None
+    return -(-n_values // block) * size
 
 
 def kv_layer_bytes_per_token(info: ModelInfo, type_k: str = "f16",
@@ -228,7 +230,9 @@ def decode_batch(settings: LoadSettings) -> int:
     (llama.cpp splits a larger batch into the same micro-batches anyway). At the default
     n_batch = n_ubatch = 512 nothing changes.
 
-        >>> decode_batch(LoadSettings(model_path=p, n_batch=2048, n_ubatch=512,
+        >>> from pathlib import Path
+        >>> from runtime.settings.load import DraftSettings
+        >>> decode_batch(LoadSettings(model_path=Path("m.gguf"), n_batch=2048, n_ubatch=512,
         ...                           draft=DraftSettings(kind="ngram")))
         512
     """
@@ -349,7 +353,10 @@ def _by_free_memory(n_layers: int, cpu: Device, workers: list[Device]) -> list[i
     every machine holds layers in proportion to what it has free — the count nearest that
     share first. (With a GPU here, its layers stay on the GPU-first rule.)
 
-        >>> _by_free_memory(31, cpu_with_8_gib_free, [worker_with_8, worker_with_8])[:3]
+        >>> cpu = Device("cpu", "CPU", "cpu", total_bytes=16 << 30, free_bytes=8 << 30)
+        >>> worker = Device("rpc:10.0.0.2:50052", "worker 10.0.0.2:50052", "rpc",
+        ...                 total_bytes=16 << 30, free_bytes=8 << 30)
+        >>> _by_free_memory(31, cpu, [worker, worker])[:3]       # 2/3 of 31 layers: 21
         [21, 20, 22]
     """
     remote = sum(max(w.free_bytes, 0) for w in workers)
@@ -466,8 +473,12 @@ def check_gpu_split(settings: LoadSettings, gpus: list[Device], *,
     never more: llama.cpp would quietly drop the extra shares. gpu_build=False: llama.cpp
     here runs on the CPU only, so no GPU exists for it whatever the machine holds.
 
-        >>> check_gpu_split(LoadSettings(model_path=p, main_gpu=1), [cuda0])
-        SettingsError: main GPU 1 does not exist: this machine has GPU 0
+        >>> from pathlib import Path
+        >>> cuda0 = Device("cuda:0", "NVIDIA GeForce RTX 4090", "cuda",
+        ...                total_bytes=24 << 30, free_bytes=23 << 30)
+        >>> check_gpu_split(LoadSettings(model_path=Path("m.gguf"), main_gpu=1), [cuda0])
+        Traceback (most recent call last):
+        runtime.errors.SettingsError: main GPU 1 does not exist: this machine has GPU 0
     """
     cpu_only = "this llama.cpp build runs on the CPU only"
     split = settings.tensor_split

@@ -1,8 +1,13 @@
 """A vision projector's memory: its weights and the compute buffer libmtmd reserves for it.
 
-    >>> gemma3 = read_projector_info(Path("mmproj-gemma-3-4b-it-f16.gguf"))
+    >>> from pathlib import Path
+    >>> gemma3 = ProjectorInfo(          # Gemma 3's tower (read_projector_info reads it), no weights
+    ...     Path("mmproj-gemma-3-4b-it-f16.gguf"), "gemma3", image_size=896, patch_size=14,
+    ...     n_embd=1152, n_ff=4304, n_head=16, n_layer=27, n_merge=4, tensor_bytes=0, n_tensors=0)
     >>> projector_compute_bytes(gemma3, flash_attn=True), projector_compute_bytes(gemma3, flash_attn=False)
-    (127139840, 1186988032)                         # 121 MiB, 1.1 GiB
+    (127139840, 1186988032)
+
+That is 121 MiB with flash attention and 1.1 GiB without.
 
 clip.cpp reserves the vision tower's graph for one image at the projector's own size
 (`warmup`: image_size², `n` = (image_size / patch_size)² positions of width `d`, `ff` wide

@@ -1,10 +1,11 @@
 """Other machines' devices, lent over llama.cpp's RPC protocol (`outrider worker`, rpc-server):
 what each worker offers, asked before anything is loaded.
 
-    >>> probe_workers(("127.0.0.1:50052", "127.0.0.1:50053"))
-    [WorkerInfo(endpoint='127.0.0.1:50052', version=(7, 0, 0),
-                devices=(Device(id='rpc:127.0.0.1:50052', name='worker 127.0.0.1:50052',
-                                kind='rpc', total_bytes=..., free_bytes=...),)), ...]
+    probe_workers(("127.0.0.1:50052", "127.0.0.1:50053"))     # two running workers
+    # [WorkerInfo(endpoint='127.0.0.1:50052', version=(7, 0, 0),
+    #             devices=(Device(id='rpc:127.0.0.1:50052', name='worker 127.0.0.1:50052',
+    #                             kind='rpc', total_bytes=..., free_bytes=...,
+    #                             unified=False),)), ...]
 
 llama.cpp's RPC client aborts its process on anything unexpected (a refused connection, a
 server of another protocol version, a reply of the wrong size), so every worker is first

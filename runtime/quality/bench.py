@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import psutil
+
 from runtime.engine.api import EngineAPI
 from runtime.errors import OutriderError, SettingsError
 from runtime.events import ErrorEvent, Finished, GenerationRequest, SamplingParams, StepStats
@@ -124,10 +126,8 @@ def _kind_totals(allocated: dict[str, int]) -> tuple[int, int, int]:
 
 def _rss() -> int:
     try:
-        import psutil
-
         return int(psutil.Process(os.getpid()).memory_info().rss)
-    except Exception:  # psutil missing or the platform refuses: memory is optional here
+    except (psutil.Error, OSError):  # the platform refuses: memory is optional here
         return 0
 
 

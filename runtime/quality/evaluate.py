@@ -24,13 +24,10 @@ log-probabilities exactly plus an importance sample of its tail, 1 KB per positi
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
-import os
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -38,7 +35,17 @@ from typing import Any
 import numpy as np
 
 from runtime.errors import EvalError, KLDBaseMismatch, LoadError, ModelNotFound, TextTooShort
-from runtime.llama.params import repack_is_safe
+from runtime.gguf.constants import type_id
+from runtime.llama.binding import Batch, LlamaContext, LlamaModel, llama_log
+from runtime.llama.params import (
+    FLASH_ATTN_AUTO,
+    FLASH_ATTN_ON,
+    GPU_LAYERS_ALL,
+    LOAD_MODE_AUTO,
+    LlamaParams,
+    default_threads,
+    repack_is_safe,
+)
 from runtime.llama.reason import first_reason
 from runtime.quality.kld import (
     KLDBase,
@@ -65,7 +72,7 @@ class EvalOptions:
     n_batch: int = 512
     type_k: str = "f16"
     type_v: str = "f16"
-    n_threads: int | None = None  # None = the CPUs this process may use
+    n_threads: int | None = None  # None = one per physical core, as the engine (default_threads)
     gpu_layers: int | None = None  # None = llama.cpp's default
     max_chunks: int | None = None
     top_k: int = 64  # reference log-probs kept exactly per position, for the KLD
@@ -107,49 +114,30 @@ class EvalResult:
     same_top_stderr: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         return asdict(self)
 
 
 # ---------------------------------------------------------------------------------------
-# Running the model (llama-cpp-python's low-level API, one sequence, one thread).
+# Running the model (runtime.llama.binding, one sequence, one thread).
 
 
-@contextmanager
-def _quiet_llama(errors: list[str]) -> Iterator[None]:
-    """Swallow llama.cpp's log (keeping error lines), then restore whoever listened before."""
-    import llama_cpp.llama_cpp as L
-
-    prev_cb = L.llama_log_callback()
-    prev_ud = ctypes.c_void_p()
-    L.llama_log_get(ctypes.byref(prev_cb), ctypes.byref(prev_ud))
-
-    def on_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None:
-        if level == 4 and text:
-            errors.append(text.decode("utf-8", errors="replace").strip())
-
-    callback = L.llama_log_callback(on_log)
-    L.llama_log_set(callback, ctypes.c_void_p(0))
-    try:
-        yield
-    finally:
-        L.llama_log_set(prev_cb, prev_ud)
-
-
-def _threads(n: int | None) -> int:
-    if n is not None:
-        return n
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS, Windows
-        return max(1, os.cpu_count() or 1)
-
-
-def _ggml_type(name: str) -> int:
-    import llama_cpp.llama_cpp as L
-
-    return int(getattr(L, f"GGML_TYPE_{name.upper()}"))
+def eval_params(opts: EvalOptions) -> LlamaParams:
+    """What llama.cpp is given for an evaluation: llama.cpp's own defaults (every layer on
+    the GPU of a GPU build, its load mode, the whole sliding window) but for the context,
+    one sequence, the batch as the micro-batch, the threads (`default_threads`, as the
+    engine), the cache types (a quantized V needs flash attention) and weight repacking off
+    where it crashes (`repack_is_safe`)."""
+    n_batch = min(opts.n_batch, opts.n_ctx)
+    threads = opts.n_threads if opts.n_threads is not None else default_threads()
+    quantized_v = opts.type_v not in ("f16", "bf16", "f32")
+    return LlamaParams(
+        n_gpu_layers=opts.gpu_layers if opts.gpu_layers is not None else GPU_LAYERS_ALL,
+        load_mode=LOAD_MODE_AUTO, n_ctx=opts.n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+        n_seq_max=1, n_threads=threads, n_threads_batch=threads,
+        type_k=type_id(opts.type_k), type_v=type_id(opts.type_v),
+        flash_attn=FLASH_ATTN_ON if quantized_v else FLASH_ATTN_AUTO,
+        kv_unified=False, offload_kqv=True, no_perf=True, swa_full=True,
+        repack=repack_is_safe())
 
 
 def evaluate(model: Path, text: str, options: EvalOptions | None = None, *,
@@ -160,57 +148,29 @@ def evaluate(model: Path, text: str, options: EvalOptions | None = None, *,
     With `kld_base`, the context size and the chunks come from the reference (as
     llama-perplexity's --kl-divergence does), and the text must tokenize to the same tokens.
     """
-    import llama_cpp.llama_cpp as L
-
     opts = options or EvalOptions()
     base = load_base(kld_base) if kld_base is not None else None
     if base is not None and base.n_ctx != opts.n_ctx:
-        from dataclasses import replace
-
         opts = replace(opts, n_ctx=base.n_ctx)
     model = Path(model)
     if not model.is_file():
         raise ModelNotFound(f"No model file at {model}")
-    errors: list[str] = []
     started = time.perf_counter()
-    with _quiet_llama(errors):
-        L.llama_backend_init()
-        mparams = L.llama_model_default_params()
-        mparams.use_extra_bufts = repack_is_safe()
-        if opts.gpu_layers is not None:
-            mparams.n_gpu_layers = opts.gpu_layers
-        mdl = L.llama_model_load_from_file(str(model).encode(), mparams)
-        if not mdl:
-            raise LoadError(f"llama.cpp could not load {model.name}: {_reason(errors)}")
-        try:
-            return _evaluate_loaded(L, mdl, model, text, opts, base, save_kld_base,
-                                    on_progress, errors, started)
-        finally:
-            L.llama_model_free(mdl)
+    params = eval_params(opts)
+    loaded = LlamaModel.load(model, params)
+    try:
+        return _evaluate_loaded(loaded, params, text, opts, base, save_kld_base, on_progress,
+                                started)
+    finally:
+        loaded.close()
 
 
-def _reason(errors: list[str]) -> str:
-    """llama.cpp's reason among the error lines it logged (the engine's rule, one owner)."""
-    return first_reason("\n".join(errors))
-
-
-def _tokenize(L: Any, vocab: Any, text: str) -> np.ndarray:
-    data = text.encode("utf-8")
-    cap = len(data) + 16
-    buf = (L.llama_token * cap)()
-    n = L.llama_tokenize(vocab, data, len(data), buf, cap, True, False)
-    if n < 0:
-        raise EvalError("could not tokenize the evaluation text")
-    return np.ctypeslib.as_array(buf)[:n].astype(np.int32)
-
-
-def _evaluate_loaded(L: Any, mdl: Any, model: Path, text: str, opts: EvalOptions,
+def _evaluate_loaded(model: LlamaModel, params: LlamaParams, text: str, opts: EvalOptions,
                      base: KLDBase | None, save_to: Path | None,
                      on_progress: Callable[[int, int], None] | None,
-                     errors: list[str], started: float) -> EvalResult:
-    vocab = L.llama_model_get_vocab(mdl)
-    n_vocab = int(L.llama_vocab_n_tokens(vocab))
-    tokens = _tokenize(L, vocab, text)
+                     started: float) -> EvalResult:
+    tokens = np.array(model.tokenize(text, add_special=True, parse_special=False),
+                      dtype=np.int32)
     n_ctx = opts.n_ctx
     if len(tokens) < 2 * n_ctx:
         raise TextTooShort(f"the text is {len(tokens)} tokens; a {n_ctx}-token context needs "
@@ -223,25 +183,11 @@ def _evaluate_loaded(L: Any, mdl: Any, model: Path, text: str, opts: EvalOptions
         if len(tokens) < n_chunk * n_ctx or not np.array_equal(tokens[:n_chunk * n_ctx], base.tokens):
             raise KLDBaseMismatch("the reference was made from another text or tokenizer; "
                                   "run both evaluations on the same text")
-    add_bos = bool(L.llama_vocab_get_add_bos(vocab))
-    bos = int(L.llama_vocab_bos(vocab))
-    n_batch = min(opts.n_batch, n_ctx)
-
-    cparams = L.llama_context_default_params()
-    cparams.n_ctx = n_ctx
-    cparams.n_batch = n_batch
-    cparams.n_ubatch = n_batch
-    cparams.n_seq_max = 1
-    cparams.n_threads = cparams.n_threads_batch = _threads(opts.n_threads)
-    cparams.type_k = _ggml_type(opts.type_k)
-    cparams.type_v = _ggml_type(opts.type_v)
-    if opts.type_v not in ("f16", "bf16", "f32"):
-        cparams.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED  # a quantized V needs it
-    ctx = L.llama_init_from_model(mdl, cparams)
-    if not ctx:
-        raise LoadError(f"llama.cpp could not create a context (K {opts.type_k}, "
-                        f"V {opts.type_v}): {_reason(errors)}")
-    batch = L.llama_batch_init(n_batch, 0, 1)
+    try:
+        ctx = LlamaContext(model, params)
+    except LoadError as exc:
+        raise LoadError(f"{exc} (K {opts.type_k}, V {opts.type_v})") from None
+    batch = Batch(params.n_batch)
     first = n_ctx // 2
     nll: list[np.ndarray] = []
     klds: list[np.ndarray] = []
@@ -250,9 +196,9 @@ def _evaluate_loaded(L: Any, mdl: Any, model: Path, text: str, opts: EvalOptions
     try:
         for c in range(n_chunk):
             chunk = tokens[c * n_ctx:(c + 1) * n_ctx].copy()
-            if add_bos:
-                chunk[0] = bos
-            rows = _chunk_logits(L, ctx, batch, chunk, first, n_batch, n_vocab, errors)
+            if model.add_bos:
+                chunk[0] = model.bos
+            rows = _chunk_logits(ctx, batch, chunk, first)
             logp = log_softmax(rows[:-1])  # position n_ctx-1 predicts beyond the chunk
             target = tokens[c * n_ctx + first + 1:(c + 1) * n_ctx]
             nll.append(-logp[np.arange(len(target)), target])
@@ -268,17 +214,16 @@ def _evaluate_loaded(L: Any, mdl: Any, model: Path, text: str, opts: EvalOptions
             if on_progress is not None:
                 on_progress(c + 1, n_chunk)
     finally:
-        L.llama_batch_free(batch)
-        L.llama_free(ctx)
+        ctx.close()
 
     all_nll = np.concatenate(nll)
     ppl, ppl_err = _ppl(all_nll)
-    result = EvalResult(model=model.name, n_ctx=n_ctx, type_k=opts.type_k, type_v=opts.type_v,
-                        n_chunks=n_chunk, n_scored=int(all_nll.size), ppl=ppl,
-                        ppl_stderr=ppl_err, seconds=time.perf_counter() - started)
+    result = EvalResult(model=model.path.name, n_ctx=n_ctx, type_k=opts.type_k,
+                        type_v=opts.type_v, n_chunks=n_chunk, n_scored=int(all_nll.size),
+                        ppl=ppl, ppl_stderr=ppl_err, seconds=time.perf_counter() - started)
     if save_to is not None:
         save_base(save_to, tokens[:n_chunk * n_ctx], n_ctx, RefDist.concat(saved), -all_nll,
-                  {"model": model.name, "type_k": opts.type_k, "type_v": opts.type_v,
+                  {"model": model.path.name, "type_k": opts.type_k, "type_v": opts.type_v,
                    "top_k": opts.top_k, "tail_samples": opts.tail_samples, "ppl": ppl,
                    "text_sha256": hashlib.sha256(text.encode()).hexdigest()})
     if base is not None:
@@ -286,29 +231,22 @@ def _evaluate_loaded(L: Any, mdl: Any, model: Path, text: str, opts: EvalOptions
     return result
 
 
-def _chunk_logits(L: Any, ctx: Any, batch: Any, chunk: np.ndarray, first: int, n_batch: int,
-                  n_vocab: int, errors: list[str]) -> np.ndarray:
+def _chunk_logits(ctx: LlamaContext, batch: Batch, chunk: np.ndarray, first: int) -> np.ndarray:
     """Decode one chunk from an empty cache; the logits of positions first..n_ctx-1."""
-    L.llama_memory_clear(L.llama_get_memory(ctx), True)
+    ctx.clear()
     out: list[np.ndarray] = []
-    for start in range(0, len(chunk), n_batch):
-        n = min(n_batch, len(chunk) - start)
-        n_out = 0
-        for i in range(n):
-            pos = start + i
-            batch.token[i] = int(chunk[pos])
-            batch.pos[i] = pos
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = pos >= first
-            n_out += pos >= first
-        batch.n_tokens = n
-        rc = L.llama_decode(ctx, batch)
+    for start in range(0, len(chunk), batch.capacity):
+        end = min(start + batch.capacity, len(chunk))
+        batch.clear()
+        unscored = min(max(first, start), end)  # positions before `first` are context only
+        batch.add_tokens(chunk[start:unscored], start, 0, logits_last=False)
+        batch.add_tokens_all_logits(chunk[unscored:end], unscored, 0)
+        with llama_log().capture() as captured:
+            rc = ctx.decode(batch)
         if rc != 0:
-            raise EvalError(f"llama_decode failed ({rc}): {_reason(errors)}")
-        if n_out:
-            ptr = L.llama_get_logits(ctx)
-            out.append(np.ctypeslib.as_array(ptr, shape=(n_out, n_vocab)).copy())
+            raise EvalError(f"llama_decode failed ({rc}): {first_reason(''.join(captured))}")
+        if batch.n_outputs:
+            out.append(ctx.logits(batch.n_outputs).copy())
     return np.concatenate(out)
 
 
@@ -323,8 +261,6 @@ def _ppl(nll: np.ndarray) -> tuple[float, float]:
 
 def _with_kld(result: EvalResult, base: KLDBase, nll: np.ndarray, kld: np.ndarray,
               same: np.ndarray) -> EvalResult:
-    from dataclasses import replace
-
     ppl_base, _ = _ppl(-base.target_logp.astype(np.float64))
     n = kld.size
     frac = float(same.mean())

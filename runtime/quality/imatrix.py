@@ -16,17 +16,17 @@ Two file formats exist, read here as `tools/quantize/quantize.cpp` reads them:
 
     matrix = load_imatrix(Path("imatrix.gguf"))
     matrix.entries["blk.0.attn_q.weight"].shape      # (n_embd,)  float32
-    array, keep = to_llama_array(matrix)             # for llama_model_quantize_params.imatrix
+    quantize_file(src, dst, plan, imatrix=matrix.entries)   # runtime.llama.quantize
 """
 
 from __future__ import annotations
 
-import ctypes
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gguf
 import numpy as np
 
 from runtime.errors import ImatrixError
@@ -55,8 +55,6 @@ def load_imatrix(path: Path) -> ImportanceMatrix:
 
 
 def _load_gguf(path: Path) -> ImportanceMatrix:
-    import gguf
-
     try:
         reader = gguf.GGUFReader(str(path), "r")
     except Exception as exc:  # the gguf package raises bare errors on damaged files
@@ -147,35 +145,9 @@ def _load_legacy(path: Path) -> ImportanceMatrix:
     return ImportanceMatrix(entries, datasets, chunk_count, legacy=True)
 
 
-def to_llama_array(matrix: ImportanceMatrix) -> tuple[Any, list[Any]]:
-    """A null-terminated `llama_model_imatrix_data` array for `llama_model_quantize_params`.
-
-    Returns (pointer, keepalive): llama.cpp copies the data when quantizing starts, but the
-    names and float buffers must stay alive until then — hold `keepalive` across the call.
-    """
-    import llama_cpp.llama_cpp as L
-
-    items = list(matrix.entries.items())
-    array = (L.llama_model_imatrix_data * (len(items) + 1))()
-    keep: list[Any] = [array]
-    for i, (name, values) in enumerate(items):
-        buf = np.ascontiguousarray(values, dtype=np.float32)
-        if not np.isfinite(buf).all():
-            raise ImatrixError(f"the importance matrix has non-finite values for {name}")
-        cname = name.encode()
-        keep += [buf, cname]
-        array[i].name = cname
-        array[i].data = buf.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-        array[i].size = buf.size
-    array[len(items)].name = None  # terminator
-    return ctypes.cast(array, ctypes.POINTER(L.llama_model_imatrix_data)), keep
-
-
 def write_imatrix(path: Path, entries: dict[str, np.ndarray], *, counts: float = 1.0,
                   dataset: str = "outrider", chunk_count: int = 1, chunk_size: int = 512) -> Path:
     """Write a GGUF importance matrix as llama-imatrix does (for tests and synthetic ones)."""
-    import gguf
-
     writer = gguf.GGUFWriter(str(path), arch="imatrix")
     writer.add_type("imatrix")
     writer.add_array("imatrix.datasets", [dataset])

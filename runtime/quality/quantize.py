@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import gguf
+
+from runtime import errors
 from runtime.atomic_file import atomic_output
 from runtime.errors import (
     CorruptModel,
@@ -41,7 +44,7 @@ from runtime.errors import (
     QuantizeError,
     RequantizeRefused,
 )
-from runtime.gguf.constants import FILE_TYPES, GGML_TYPES
+from runtime.gguf.constants import FILE_TYPES, GGML_TYPE_IDS, GGML_TYPES, type_block
 
 # Quant level name (as `llama-quantize` spells it) -> llama_ftype. Aliases as in
 # tools/quantize/quantize.cpp (Q4_K means Q4_K_M ...).
@@ -50,8 +53,8 @@ FTYPES.update({"Q3_K": FTYPES["Q3_K_M"], "Q4_K": FTYPES["Q4_K_M"], "Q5_K": FTYPE
 
 # Tensor storage types a user may ask for (no integer, Q8_1/Q8_K scratch or F64 types).
 _NOT_STORAGE = {"Q8_1", "Q8_K", "I8", "I16", "I32", "I64", "F64"}
-GGML_TYPE_IDS: dict[str, int] = {
-    name: tid for tid, (name, _, _) in GGML_TYPES.items() if name not in _NOT_STORAGE
+STORAGE_TYPE_IDS: dict[str, int] = {
+    name: tid for name, tid in GGML_TYPE_IDS.items() if name not in _NOT_STORAGE
 }
 FLOAT_TYPES = frozenset({"F32", "F16", "BF16"})
 
@@ -60,7 +63,7 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.")
 
 def _canon_type(name: str, what: str) -> str:
     canon = name.strip().upper()
-    if canon not in GGML_TYPE_IDS:
+    if canon not in STORAGE_TYPE_IDS:
         raise QuantizeError(f"{what} type {name!r} is not a ggml tensor type (e.g. Q8_0, Q6_K, F16)")
     return canon
 
@@ -126,7 +129,7 @@ class QuantRecipe:
 def parse_override(text: str) -> tuple[str, str]:
     """'attn_v=Q6_K' -> ('attn_v', 'Q6_K'), as llama-quantize's --tensor-type reads it.
 
-    >>> parse_override("blk\\.1[0-5]\\.ffn_down=q8_0")
+    >>> parse_override(r"blk\\.1[0-5]\\.ffn_down=q8_0")
     ('blk\\\\.1[0-5]\\\\.ffn_down', 'Q8_0')
     """
     pattern, sep, kind = text.rpartition("=")
@@ -189,9 +192,9 @@ def plan_quantization(recipe: QuantRecipe, tensor_names: Iterable[str]) -> Quant
     patterns = recipe_to_tensor_types(recipe, tensor_names)
     return QuantPlan(
         ftype=FTYPES[recipe.ftype],
-        token_embedding_type=GGML_TYPE_IDS[recipe.embeddings] if recipe.embeddings else None,
-        output_tensor_type=GGML_TYPE_IDS[recipe.output] if recipe.output else None,
-        tensor_types=tuple((p, GGML_TYPE_IDS[t]) for p, t in patterns.items()),
+        token_embedding_type=STORAGE_TYPE_IDS[recipe.embeddings] if recipe.embeddings else None,
+        output_tensor_type=STORAGE_TYPE_IDS[recipe.output] if recipe.output else None,
+        tensor_types=tuple((p, STORAGE_TYPE_IDS[t]) for p, t in patterns.items()),
         allow_requantize=recipe.allow_requantize,
         n_threads=recipe.n_threads,
         imatrix=recipe.imatrix,
@@ -205,8 +208,6 @@ def read_tensor_types(path: Path) -> dict[str, str]:
 
 def read_tensors(path: Path) -> dict[str, tuple[str, int]]:
     """Tensor name -> (type name, row length ne[0]) of a GGUF file."""
-    import gguf
-
     if not path.is_file():
         raise ModelNotFound(f"No model file at {path}")
     try:
@@ -235,7 +236,7 @@ def check_row_sizes(recipe: QuantRecipe, rows: Mapping[str, int]) -> None:
     for what, kind, names in wanted:
         if kind is None:
             continue
-        block = GGML_TYPES[GGML_TYPE_IDS[kind]][1]
+        block, _ = type_block(kind)
         for name in names:
             if name in rows and rows[name] % block:
                 raise QuantizeError(
@@ -316,7 +317,8 @@ class _Outcome:
 
 # The worker's protocol (runtime.quality.worker): the job as JSON on its stdin, messages as
 # marked JSON lines on its stdout. Kept here so this module never imports the worker, which
-# imports llama_cpp (the app may import this module; it must never reach llama_cpp).
+# reaches llama_cpp through runtime.llama (the app may import this module; it must never
+# reach llama_cpp).
 MARKER = "@@outrider "
 
 
@@ -419,8 +421,6 @@ def _handle(msg: list[Any], outcome: _Outcome,
 
 def _raise_failure(outcome: _Outcome, exitcode: int | None) -> None:
     if outcome.raised is not None:
-        from runtime import errors
-
         cls = getattr(errors, outcome.raised[0], QuantizeError)
         raise (cls if issubclass(cls, QuantizeError) else QuantizeError)(outcome.raised[1])
     reason = next((e for e in reversed(outcome.errors) if "failed to quantize" in e),
@@ -439,7 +439,7 @@ def default_output_path(src: Path, ftype: str, mixed: bool = False) -> Path:
     A mixed-precision recipe adds '-mixed' so it never takes the plain level's name.
     """
     stem = src.name.removesuffix(".gguf")
-    known = sorted(set(FTYPES) | set(GGML_TYPE_IDS), key=len, reverse=True)
+    known = sorted(set(FTYPES) | set(STORAGE_TYPE_IDS), key=len, reverse=True)
     for name in known:
         for sep in (".", "-", "_"):
             if stem.upper().endswith(sep + name):

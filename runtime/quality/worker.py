@@ -16,16 +16,19 @@ the parent owns the output file's fate.
 
 from __future__ import annotations
 
-import ctypes
 import json
+import logging
 import re
 import sys
 from typing import Any
 
+from runtime.errors import OutriderError
+from runtime.llama.binding import llama_log
+from runtime.llama.quantize import quantize_file
+from runtime.quality.imatrix import load_imatrix
 from runtime.quality.quantize import MARKER, QuantPlan, plan_from_json
 
 _TENSOR_LINE = re.compile(r"\[\s*(\d+)/\s*(\d+)\]\s+(\S+)")
-_WARN, _ERROR, _CONT = 3, 4, 5  # enum ggml_log_level
 
 
 class _Channel:
@@ -41,8 +44,6 @@ class _Channel:
 
 def main() -> int:
     """Quantize as the job on stdin says; report on stdout."""
-    from runtime.errors import OutriderError
-
     conn = _Channel()
     src, dst, plan = plan_from_json(sys.stdin.read())
     try:
@@ -55,81 +56,33 @@ def main() -> int:
 
 
 def _quantize(src: str, dst: str, plan: QuantPlan, conn: _Channel) -> int:
-    import llama_cpp.llama_cpp as L
-
-    last_level = [0]
-
-    def on_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None:
-        line = (text or b"").decode("utf-8", errors="replace")
-        if level != _CONT:
-            last_level[0] = level
+    def on_line(level: int, line: str) -> None:
         match = _TENSOR_LINE.match(line)
         if match:
             conn.send(("progress", int(match.group(1)), int(match.group(2)), match.group(3)))
-        elif last_level[0] >= _WARN and line.strip():
+        elif level >= logging.WARNING and line.strip():
             conn.send(("error", line.strip()))
 
-    callback = L.llama_log_callback(on_log)  # kept referenced for the whole call
-    L.llama_log_set(callback, ctypes.c_void_p(0))
-    L.llama_backend_init()
-
-    params = L.llama_model_quantize_default_params()
-    params.nthread = plan.n_threads
-    params.ftype = plan.ftype
-    params.allow_requantize = plan.allow_requantize
-    if plan.token_embedding_type is not None:
-        params.token_embedding_type = plan.token_embedding_type
-    if plan.output_tensor_type is not None:
-        params.output_tensor_type = plan.output_tensor_type
-
-    keep: list[Any] = [callback]
-    if plan.tensor_types:
-        overrides = (L.llama_model_tensor_override * (len(plan.tensor_types) + 1))()
-        for i, (pattern, type_id) in enumerate(plan.tensor_types):
-            encoded = pattern.encode()
-            keep.append(encoded)
-            overrides[i].pattern = encoded
-            overrides[i].type = type_id
-        overrides[len(plan.tensor_types)].pattern = None  # terminator
-        overrides[len(plan.tensor_types)].type = L.GGML_TYPE_COUNT
-        keep.append(overrides)
-        params.tt_overrides = ctypes.cast(
-            overrides, ctypes.POINTER(L.llama_model_tensor_override))
-
+    entries = None
+    metadata: list[tuple[str, str | int]] = []
     if plan.imatrix is not None:
-        from runtime.quality.imatrix import load_imatrix, to_llama_array
-
         matrix = load_imatrix(plan.imatrix)
-        pointer, keep_matrix = to_llama_array(matrix)
-        keep += keep_matrix
-        params.imatrix = pointer
-        kv = _imatrix_provenance(L, str(plan.imatrix), len(matrix.entries), matrix.chunk_count)
-        keep.append(kv)
-        params.kv_overrides = ctypes.cast(kv, ctypes.POINTER(L.llama_model_kv_override))
-
-    rc = int(L.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params)))
-    del keep
-    return rc
+        entries = matrix.entries
+        metadata = _imatrix_provenance(str(plan.imatrix), len(matrix.entries),
+                                       matrix.chunk_count)
+    with llama_log().listen(on_line):
+        return quantize_file(src, dst, plan, imatrix=entries, metadata=metadata)
 
 
-def _imatrix_provenance(L: Any, file: str, n_entries: int, n_chunks: int) -> Any:
+def _imatrix_provenance(file: str, n_entries: int, n_chunks: int) -> list[tuple[str, str | int]]:
     """The `quantize.imatrix.*` keys llama-quantize records in its output."""
-    items: list[tuple[str, int, Any]] = [
-        ("quantize.imatrix.file", L.LLAMA_KV_OVERRIDE_TYPE_STR, file.encode()[:127]),
-        ("quantize.imatrix.entries_count", L.LLAMA_KV_OVERRIDE_TYPE_INT, n_entries),
+    items: list[tuple[str, str | int]] = [
+        ("quantize.imatrix.file", file),
+        ("quantize.imatrix.entries_count", n_entries),
     ]
     if n_chunks > 0:
-        items.append(("quantize.imatrix.chunks_count", L.LLAMA_KV_OVERRIDE_TYPE_INT, n_chunks))
-    array = (L.llama_model_kv_override * (len(items) + 1))()
-    for i, (key, tag, value) in enumerate(items):
-        array[i].key = key.encode()
-        array[i].tag = tag
-        if tag == L.LLAMA_KV_OVERRIDE_TYPE_STR:
-            array[i].value.val_str = value
-        else:
-            array[i].value.val_i64 = value
-    array[len(items)].key = b""  # terminator: empty key
-    return array
+        items.append(("quantize.imatrix.chunks_count", n_chunks))
+    return items
 
 
 if __name__ == "__main__":

@@ -48,13 +48,11 @@ And the same mask met at another position (or by another sequence of the model) 
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import llama_cpp
 import llguidance
 import numpy as np
 from llguidance.numpy import allocate_token_bitmask
@@ -78,13 +76,19 @@ _MASK_HISTORY = 64  # masks kept behind the current position (drafts roll back a
 
 
 class LlamaModelLike(Protocol):
-    """What `ConstraintCompiler.from_llama` reads of runtime.llama.binding.LlamaModel."""
+    """What `ConstraintCompiler.from_llama` reads of runtime.llama.binding.LlamaModel: the
+    binding reads llama.cpp's vocabulary, this module only hands it to llguidance."""
 
     vocab: Any
     n_vocab: int
     eos: int
 
     def is_eog(self, token: int) -> bool: ...
+
+    def marked_pieces(self) -> list[bytes]: ...
+
+    @property
+    def tokenize_address(self) -> int: ...
 
 
 # ---- compiling -------------------------------------------------------------------------------
@@ -112,7 +116,9 @@ class ConstraintCompiler:
         first use. Every end-of-generation token counts as the grammar's end."""
         def make() -> llguidance.LLTokenizer:
             eog = [t for t in range(model.n_vocab) if model.is_eog(t)] or [max(model.eos, 0)]
-            return _llama_tokenizer(model.vocab, model.n_vocab, eog)
+            return llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
+                tokens=model.marked_pieces(), vocab_ptr=model.vocab,
+                tokenize_fptr=model.tokenize_address, eos_token=eog, slices=None)
 
         return cls(make, model.n_vocab)
 
@@ -152,30 +158,6 @@ class ConstraintCompiler:
         trigger = spec.trigger.encode("utf-8") if spec.trigger else None
         armed_after = spec.armed_after.encode("utf-8") if spec.armed_after and trigger else None
         return Constraint(matcher, tok, pieces, table, trigger, armed_after)
-
-
-def _llama_tokenizer(vocab: Any, n_vocab: int, eos: list[int]) -> llguidance.LLTokenizer:
-    """llguidance.llamacpp.lltokenizer_from_vocab, on llama.cpp's current vocabulary API (that
-    one calls the deprecated llama_token_get_attr, a warning per token). Control tokens, and
-    user-defined ones that look like them ("<tool_call>"), are marked special with a 0xff
-    prefix: grammars name them as special tokens, and text never produces them."""
-    size = 16 * 1024
-    buf = ctypes.create_string_buffer(size + 1)
-    special = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
-    user = llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
-    tokens: list[bytes] = []
-    for token in range(n_vocab):
-        n = llama_cpp.llama_token_to_piece(vocab, token, buf, size, 0, True)
-        if n < 0:
-            raise ConstraintError(f"token {token} of the vocabulary is longer than {size} bytes")
-        piece = buf.raw[:n]
-        attr = llama_cpp.llama_vocab_get_attr(vocab, token)
-        if attr & special or (attr & user and piece.startswith(b"<") and piece.endswith(b">")):
-            piece = b"\xff" + piece
-        tokens.append(piece)
-    tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
-    return llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
-        tokens=tokens, vocab_ptr=vocab, tokenize_fptr=tokenize, eos_token=eos, slices=None)
 
 
 # ---- one sequence's constraint ---------------------------------------------------------------

@@ -26,7 +26,7 @@ import numpy as np
 
 from runtime.errors import SettingsError
 from runtime.sampling import kernels
-from runtime.sampling.verify import Verdict, VerifyMode
+from runtime.sampling.verify import VerifyMode, VerifyOutcome
 from runtime.sampling.verify import verify as verify_numpy
 
 ABI_VERSION = 2  # must equal OR_ABI_VERSION in native/outrider_native.c
@@ -121,7 +121,7 @@ def verify(
     q: np.ndarray | None,
     u: Sequence[float] | np.ndarray | None,
     mode: VerifyMode = "leviathan",
-) -> Verdict:
+) -> VerifyOutcome:
     """`runtime.sampling.verify.verify`, natively when the arrays allow (C-contiguous float64 or
     float32 `p`, `q` of the same dtype)."""
     native = _NATIVE
@@ -131,5 +131,5 @@ def verify(
         x = np.ascontiguousarray(drafts, dtype=np.int32)
         draws = None if u is None else np.ascontiguousarray(u, dtype=np.float64)
         accepted, tokens = native.verify(x, p, q, draws, mode)
-        return Verdict(int(accepted), tuple(tokens))
+        return VerifyOutcome(int(accepted), tuple(tokens))
     return verify_numpy(drafts, p, q, u, mode)

@@ -9,6 +9,7 @@ gets None. So does a constrained one, unless the caller hands the step each row'
 (`masks=True`: runtime.engine.native_step gives `TokenMask.step_form` with every
 constrained token; a draft model's native round has no way to, so it drafts in Python):
 
+    >>> from runtime.events import SamplingParams
     >>> step_config(Sampler(SamplingParams(temperature=0.0), seed=None), "greedy")
     (0, 0.0, 0, 1.0, 0.0, None)
     >>> cfg = step_config(Sampler(SamplingParams(temperature=0.7), seed=1), "leviathan")

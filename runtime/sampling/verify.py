@@ -26,9 +26,9 @@ Modes:
     >>> p = np.array([[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
     >>> q = np.array([[0.25, 0.75, 0.0]])
     >>> verify([1], p, q, [0.5, 0.3])          # 0.5 < 0.5/0.75: x1 = 1 accepted, bonus 2
-    Verdict(accepted=1, tokens=(1, 2))
+    VerifyOutcome(accepted=1, tokens=(1, 2))
     >>> verify([1], p, q, [0.9, 0.3])          # rejected: residual max(0, p - q) = [0.25, 0, 0]
-    Verdict(accepted=0, tokens=(0,))
+    VerifyOutcome(accepted=0, tokens=(0,))
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ VerifyMode = Literal["leviathan", "greedy", "greedy_match"]
 VERIFY_MODES: tuple[VerifyMode, ...] = ("leviathan", "greedy", "greedy_match")
 
 
-class Verdict(NamedTuple):
+class VerifyOutcome(NamedTuple):
     """What a round yields: how many drafts were accepted, and the tokens to emit (the
     accepted drafts, then one correction or bonus token: always `accepted + 1` of them)."""
 
@@ -58,7 +58,7 @@ def verify(
     q: np.ndarray | None,
     u: Sequence[float] | np.ndarray | None,
     mode: VerifyMode = "leviathan",
-) -> Verdict:
+) -> VerifyOutcome:
     """One verify round (see the module docstring). `p` is (k+1, n); `q` is (k, n) of the
     same dtype or None; `u` holds k + 1 uniforms in [0, 1) (may be None for "greedy")."""
     x = [int(t) for t in drafts]
@@ -71,11 +71,11 @@ def verify(
         if mode == "greedy":
             a = int(np.argmax(pi))
             if a != x[i]:
-                return Verdict(i, (*out, a))
+                return VerifyOutcome(i, (*out, a))
         elif mode == "greedy_match":
             y = sample(pi, draws[i])
             if y != x[i]:
-                return Verdict(i, (*out, y))
+                return VerifyOutcome(i, (*out, y))
         else:
             qi = None if q is None else q[i]
             ratio = float(pi[x[i]])
@@ -86,10 +86,10 @@ def verify(
                                      "distribution q")
                 ratio /= qx
             if not draws[i] < min(1.0, ratio):
-                return Verdict(i, (*out, _residual_sample(pi, qi, x[i], draws[k])))
+                return VerifyOutcome(i, (*out, _residual_sample(pi, qi, x[i], draws[k])))
         out.append(x[i])
     bonus = int(np.argmax(p[k])) if mode == "greedy" else sample(p[k], draws[k])
-    return Verdict(k, (*out, bonus))
+    return VerifyOutcome(k, (*out, bonus))
 
 
 def _residual_sample(p: np.ndarray, q: np.ndarray | None, x: int, u: float) -> int:

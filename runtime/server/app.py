@@ -5,10 +5,11 @@
                      limits=ServerLimits())
     uvicorn.run(app, host="127.0.0.1", port=1234)
 
-Every error leaves in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`),
-always with a `code`: validation failures are 400 (not FastAPI's 422), a body that cannot be
+Every error leaves in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`), or
+on another dialect's routes in that dialect's (`runtime.server.errors.ErrorShapes`), always
+with a `code`: validation failures are 400 (not FastAPI's 422), a body that cannot be
 read as JSON a 400 saying why (`unreadable_body`), `OutriderError`s get the status
-`error_responses.status_for` assigns, and anything unexpected a 500 that names it.
+`errors.status_for` assigns, and anything unexpected a 500 that names it.
 `/openapi.json` says so too (`runtime.server.openapi_doc`).
 """
 
@@ -29,11 +30,12 @@ from starlette.responses import JSONResponse
 from runtime import __version__
 from runtime.engine.api import EngineAPI
 from runtime.errors import OutriderError
-from runtime.server.anthropic_routes import anthropic_router
-from runtime.server.api_routes import api_router
-from runtime.server.dialect_errors import DialectErrorMiddleware
-from runtime.server.embeddings_routes import embeddings_router
-from runtime.server.error_responses import error_response, response_for_exception
+from runtime.server.dialects.anthropic import routes as anthropic
+from runtime.server.dialects.ollama import routes as ollama
+from runtime.server.dialects.openai.embeddings import embeddings_router
+from runtime.server.dialects.openai.routes import openai_router
+from runtime.server.dialects.responses.routes import responses_router
+from runtime.server.errors import ErrorShapes
 from runtime.server.middleware import (
     ApiKeyMiddleware,
     BodyLimitMiddleware,
@@ -41,15 +43,22 @@ from runtime.server.middleware import (
     JsonBodyMiddleware,
     ReleaseLeasesMiddleware,
 )
-from runtime.server.model_names import ModelNames
-from runtime.server.ollama_routes import ollama_router
-from runtime.server.openai_routes import openai_router
+from runtime.server.models.names import ModelNames
+from runtime.server.models.router import ModelRouter, RouterOptions
 from runtime.server.openapi_doc import install_openapi
-from runtime.server.responses_routes import responses_router
-from runtime.server.router import ModelRouter, RouterOptions
+from runtime.server.outrider.routes import OUTRIDER_PATHS, api_router
+from runtime.server.outrider.tokenize import tokenize_router
 from runtime.server.state import ServerLimits, ServerState
-from runtime.server.tokenize_routes import tokenize_router
 from runtime.settings.load import LoadSettings
+
+# Ollama's routes are under /api/ (no name of Outrider's own taken); Anthropic's under
+# /v1/messages. Their errors leave in their own shape.
+SHAPES = ErrorShapes((
+    (lambda path: path.startswith("/api/") and path not in OUTRIDER_PATHS,
+     lambda status, message: ollama.error_json(message)),
+    (lambda path: path == "/v1/messages" or path.startswith("/v1/messages/"),
+     anthropic.error_json),
+))
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +126,7 @@ def create_app(engine: EngineAPI, *, api_key: str | None, models_dir: Path,
                router_options: RouterOptions | None = None) -> FastAPI:
     """The server for `engine` (the primary: the start-up model's, what /api/load loads).
     With `make_engine`, a request naming another library model loads it just in time in an
-    engine of its own, with `settings_for(path)` (`runtime.server.router`); without, the
+    engine of its own, with `settings_for(path)` (`runtime.server.models.router`); without, the
     server holds the primary's one model. `allowed_models` may be loaded from outside
     `models_dir` (the model the server was started with); `allow_any_path` lifts the
     confinement. `local_only` (a loopback-bound server) refuses Host headers that are not
@@ -143,19 +152,17 @@ def create_app(engine: EngineAPI, *, api_key: str | None, models_dir: Path,
     app.include_router(tokenize_router(state))
     app.include_router(responses_router(state))
     app.include_router(api_router(state))
-    # Other dialects on the same server: Ollama's /api/* (no name of Outrider's own taken)
-    # and Anthropic's /v1/messages, their errors in their own shape (dialect_errors).
-    app.include_router(ollama_router(state))
-    app.include_router(anthropic_router(state))
+    app.include_router(ollama.ollama_router(state))
+    app.include_router(anthropic.anthropic_router(state))
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         message, param, code = validation_message(exc.errors())
-        return error_response(400, message, code=code, param=param)
+        return SHAPES.response(request.url.path, 400, message, code=code, param=param)
 
     @app.exception_handler(OutriderError)
     async def on_outrider_error(request: Request, exc: OutriderError) -> JSONResponse:
-        return response_for_exception(exc)
+        return SHAPES.for_exception(request.url.path, exc)
 
     @app.exception_handler(HTTPException)
     async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -163,27 +170,26 @@ def create_app(engine: EngineAPI, *, api_key: str | None, models_dir: Path,
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         if exc.status_code == 400 and exc.__cause__ is not None:
             message, code = unreadable_body(exc.__cause__)
-        return error_response(exc.status_code, message, code=code,
-                              headers=dict(exc.headers or {}))
+        return SHAPES.response(request.url.path, exc.status_code, message, code=code,
+                               headers=dict(exc.headers or {}))
 
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return response_for_exception(exc)
+        return SHAPES.for_exception(request.url.path, exc)
 
     # Added innermost first: Starlette wraps each new middleware around the previous ones.
     app.add_middleware(ReleaseLeasesMiddleware)
     app.add_middleware(JsonBodyMiddleware)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes, shapes=SHAPES)
     if api_key:
-        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
+        app.add_middleware(ApiKeyMiddleware, api_key=api_key, shapes=SHAPES)
     app.add_middleware(BrowserGuardMiddleware, allowed_origins=list(cors_origins),
-                       local_only=local_only)
+                       local_only=local_only, shapes=SHAPES)
     if cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins),
                            allow_methods=["GET", "POST", "OPTIONS"],
                            allow_headers=["Authorization", "Content-Type", "x-api-key",
                                       "anthropic-version"])
-    app.add_middleware(DialectErrorMiddleware)  # outermost: the guards' errors are reshaped too
     install_openapi(app, limits=limits, api_key=bool(api_key))
     return app

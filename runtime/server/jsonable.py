@@ -1,5 +1,6 @@
 """Turn the engine's frozen dataclasses (and whatever the planner returns) into JSON values.
 
+    >>> from pathlib import Path
     >>> to_jsonable({"path": Path("/m/a.gguf"), "stats": (1, 2.5, float("nan"))})
     {'path': '/m/a.gguf', 'stats': [1, 2.5, None]}
 """

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from runtime.server.error_responses import error_response
-from runtime.server.router import LEASES
+from runtime.server.errors import ErrorShapes
+from runtime.server.models.router import LEASES
 
 OPEN_PATHS = frozenset({"/health"})
 
@@ -67,8 +67,10 @@ class BrowserGuardMiddleware:
     header must name loopback too, which defeats DNS rebinding (a hostile name resolving to
     127.0.0.1 makes the browser send `Host: hostile.example`)."""
 
-    def __init__(self, app: ASGIApp, allowed_origins: Sequence[str], local_only: bool) -> None:
+    def __init__(self, app: ASGIApp, allowed_origins: Sequence[str], local_only: bool,
+                 shapes: ErrorShapes) -> None:
         self.app = app
+        self.shapes = shapes
         self.allowed_origins = frozenset(allowed_origins)
         self.local_only = local_only
 
@@ -85,8 +87,8 @@ class BrowserGuardMiddleware:
             elif self.local_only and host is not None and not host_is_loopback(host):
                 message = f"this server answers only to a loopback host name, not {host!r}"
             if message is not None:
-                await error_response(403, message, code="origin_not_allowed")(scope, receive,
-                                                                              send)
+                await self.shapes.response(scope["path"], 403, message,
+                                           code="origin_not_allowed")(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -99,8 +101,9 @@ class ApiKeyMiddleware:
     an attacker how much of a guessed key was right.
     """
 
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
+    def __init__(self, app: ASGIApp, api_key: str, shapes: ErrorShapes) -> None:
         self.app = app
+        self.shapes = shapes
         self._expected = api_key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -121,8 +124,8 @@ class ApiKeyMiddleware:
             return
         message = ("missing API key: send the header 'Authorization: Bearer KEY' "
                    "(or 'x-api-key: KEY')" if not value and other is None else "wrong API key")
-        response = error_response(401, message, code="invalid_api_key",
-                                  headers={"WWW-Authenticate": "Bearer"})
+        response = self.shapes.response(scope["path"], 401, message, code="invalid_api_key",
+                                        headers={"WWW-Authenticate": "Bearer"})
         await response(scope, receive, send)
 
 
@@ -147,9 +150,10 @@ class BodyLimitMiddleware:
     the limit; after the replay, `receive` passes through (disconnect detection needs it).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, shapes: ErrorShapes) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.shapes = shapes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -158,8 +162,8 @@ class BodyLimitMiddleware:
         declared = Headers(scope=scope).get("content-length")
         if declared is not None:
             if not declared.isdigit():
-                await error_response(400, "Content-Length is not a number",
-                                     code="invalid_request")(scope, receive, send)
+                await self.shapes.response(scope["path"], 400, "Content-Length is not a number",
+                                           code="invalid_request")(scope, receive, send)
                 return
             if int(declared) > self.max_bytes:
                 await self._too_large(scope, receive, send)
@@ -190,14 +194,14 @@ class BodyLimitMiddleware:
         await self.app(scope, replay, send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(
-            413, f"request body is larger than the server's limit of {self.max_bytes} bytes",
+        response = self.shapes.response(
+            scope["path"], 413, f"request body is larger than the server's limit of {self.max_bytes} bytes",
             code="request_too_large", headers={"Connection": "close"})
         await response(scope, receive, send)
 
 
 class ReleaseLeasesMiddleware:
-    """Releases the router leases a request took (`runtime.server.router`) once its response
+    """Releases the router leases a request took (`runtime.server.models.router`) once its response
     is sent, however it ends: a stream runs to its end inside the app call, and an error or
     a client leaving ends that call too."""
 

@@ -7,11 +7,11 @@ this server answers 400 (`runtime.server.app`), and FastAPI knows nothing of the
 fuzzers read the document (tests/server/test_schemathesis.py runs schemathesis over it), so
 it is rewritten here to say what the server sends:
 
-    >>> doc = openapi_document(app, limits=ServerLimits(), api_key=True)
-    >>> sorted(doc["paths"]["/api/load"]["post"]["responses"])
-    ['200', '400', '401', '403', '404', '409', '413', '500']
-    >>> doc["paths"]["/api/load"]["post"]["responses"]["409"]["content"]
-    {'application/json': {'schema': {'$ref': '#/components/schemas/ErrorBody'}}}
+    doc = openapi_document(app, limits=ServerLimits(), api_key=True)
+    sorted(doc["paths"]["/api/load"]["post"]["responses"])
+    → ['200', '400', '401', '403', '404', '409', '413', '500']
+    doc["paths"]["/api/load"]["post"]["responses"]["409"]["content"]
+    → {'application/json': {'schema': {'$ref': '#/components/schemas/ErrorBody'}}}
 
 Why not `responses=` on each route decorator: the statuses the middlewares add apply to every
 route, and which of them apply depends on how the app was made (a key or none).
@@ -26,7 +26,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import TypeAdapter
 
 from runtime.events import MAX_SAMPLES
-from runtime.server.error_responses import ErrorBody
+from runtime.server.errors import ErrorBody
 from runtime.server.state import ServerLimits
 from runtime.settings.load import KV_CACHE_TYPES, LoadSettings
 

@@ -10,7 +10,7 @@ and prints exactly one line to stdout, after the socket is bound and listening:
 
 (with `"ollama_url"` too when `--ollama-port` gave a second port for Ollama's clients).
 Each model runs in an engine process of its own, a child of this one (`IsolatedEngine`,
-`runtime.server.router`). Everything else (logs, load progress) goes to stderr. With `--parent-pid` it exits when that
+`runtime.server.models.router`). Everything else (logs, load progress) goes to stderr. With `--parent-pid` it exits when that
 process dies, so a crashed app leaves no engine behind.
 """
 
@@ -42,8 +42,7 @@ from runtime.engine.kv_store import KvStoreOptions
 from runtime.errors import PortInUse, SettingsError
 from runtime.library.projectors import with_projector
 from runtime.server.app import create_app
-from runtime.server.metrics import plan_for
-from runtime.server.router import RouterOptions
+from runtime.server.models.router import RouterOptions, plan_for
 from runtime.server.state import ServerLimits
 from runtime.settings.load import LoadSettings
 from runtime.settings.user import SettingsStore
@@ -186,7 +185,7 @@ def serve(options: ServeOptions,
           engine_factory: Callable[[], EngineAPI] | None = None) -> int:
     """Bind, load the start-up model if any, serve until stopped. Returns the exit code.
     Every model runs in an engine process of its own (`IsolatedEngine`, one per resident
-    model: `runtime.server.router`); `engine_factory` is for tests (fake engines)."""
+    model: `runtime.server.models.router`); `engine_factory` is for tests (fake engines)."""
     check_exposure(options.host, options.api_key)
     sock = bind_socket(options.host, options.port)
     sockets = [sock]

@@ -4,12 +4,13 @@ and whether a load is under way.
 Paths in requests are confined to the models library. `confine` resolves a path (following
 symlinks, so a link out of the library does not count as inside) and refuses anything outside:
 
-    >>> state = ServerState(engine, api_key=None, models_dir=Path("/lib"), limits=ServerLimits())
+    >>> from pathlib import Path
+    >>> state = ServerState(None, api_key=None, models_dir=Path("/library"), limits=ServerLimits())
     >>> state.confine("owner/repo/m.gguf")          # relative: inside the library
-    PosixPath('/lib/owner/repo/m.gguf')
-    >>> state.confine("/lib/../etc/passwd")
+    PosixPath('/library/owner/repo/m.gguf')
+    >>> state.confine("/library/../etc/passwd")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    runtime.errors.PathNotAllowed: /etc/passwd is outside the models library (/lib) ...
+    runtime.errors.PathNotAllowed: /etc/passwd is outside the models library (/library)...
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.engine.api import EngineAPI
 from runtime.errors import EngineBusy, PathNotAllowed
-from runtime.server.model_names import ModelNames
+from runtime.server.models.names import ModelNames
 
 if TYPE_CHECKING:
-    from runtime.server.router import ModelRouter
+    from runtime.server.models.router import ModelRouter
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class ServerLimits:
 
 @dataclass
 class ServerState:
-    """`router` decides which engine serves a request's model (`runtime.server.router`);
+    """`router` decides which engine serves a request's model (`runtime.server.models.router`);
     `engine` is its primary one: the start-up model's, what /api/load loads."""
 
     router: ModelRouter
@@ -74,7 +75,7 @@ class ServerState:
 
     @property
     def names(self) -> ModelNames:
-        """The names requests may give, resident models first (`runtime.server.model_names`)."""
+        """The names requests may give, resident models first (`runtime.server.models.names`)."""
         return ModelNames(self.models_dir, self.router.named)
 
     @property

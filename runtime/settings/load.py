@@ -7,28 +7,27 @@ asserting what it returns); `runtime.planner.plan.plan_memory` predicts its memo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import reprlib
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from runtime.errors import SettingsError
+from runtime.errors import SettingsError, shown
+from runtime.gguf.constants import type_bytes
 
-# ggml type name → bytes per value, for the KV cache types llama.cpp supports.
+# The ggml types a K/V cache may use (llama.cpp's --cache-type-k/-v), each with its bytes per
+# value from the one table of ggml types (runtime.gguf.constants).
 KV_CACHE_TYPES: dict[str, float] = {
-    "f32": 4.0,
-    "f16": 2.0,
-    "bf16": 2.0,
-    "q8_0": 34 / 32,
-    "q5_1": 24 / 32,
-    "q5_0": 22 / 32,
-    "q4_1": 20 / 32,
-    "q4_0": 18 / 32,
-    "iq4_nl": 18 / 32,
+    name: type_bytes(name)
+    for name in ("f32", "f16", "bf16", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")
 }
 
 FlashAttn = Literal["auto", "on", "off"]
 DraftKind = Literal["none", "ngram", "model"]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -153,37 +152,28 @@ class LoadSettings:
         return self.type_k not in ("f16", "bf16", "f32") or self.type_v not in ("f16", "bf16", "f32")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LoadSettings:
-        """Build from JSON/TOML data, refusing unknown keys by name."""
-        data = dict(data)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+    def from_dict(cls, data: object) -> LoadSettings:
+        """Build from JSON or TOML data (a `/api/load` body, a saved file): the one check of a
+        load-settings dict. Unknown keys (`draft.x` inside the draft), a missing model_path and
+        a value of the wrong type are each a one-line SettingsError naming the key; JSON's null
+        is None where a setting may be None. The dataclasses then check the values themselves.
+
+            >>> LoadSettings.from_dict({"model_path": "m.gguf", "tensor_split": [3, 1]}).tensor_split
+            (3.0, 1.0)
+            >>> LoadSettings.from_dict({"model_path": "m.gguf", "n_ctx": "big"})
+            Traceback (most recent call last):
+            runtime.errors.SettingsError: load setting n_ctx must be a whole number, not 'big'
+        """
+        if not isinstance(data, dict):
+            raise SettingsError(f"load settings must be a JSON object, not {reprlib.repr(data)}")
+        unknown = _unknown(data, cls, "")
+        if isinstance(data.get("draft"), dict):
+            unknown += _unknown(data["draft"], DraftSettings, "draft.")
         if unknown:
             raise SettingsError(f"unknown load setting(s): {', '.join(unknown)}")
         if "model_path" not in data:
             raise SettingsError("load settings need model_path")
-        data["model_path"] = Path(data["model_path"])
-        if data.get("mmproj_path") is not None:
-            data["mmproj_path"] = Path(data["mmproj_path"])
-        if isinstance(data.get("tensor_split"), list):
-            data["tensor_split"] = tuple(data["tensor_split"])
-        if isinstance(data.get("workers"), list):
-            data["workers"] = tuple(data["workers"])
-        elif "workers" in data and not isinstance(data["workers"], tuple):
-            raise SettingsError("workers must be a list of host:port strings")
-        if "draft" in data and isinstance(data["draft"], dict):
-            draft = dict(data["draft"])
-            dknown = {f.name for f in dataclasses.fields(DraftSettings)}
-            dunknown = sorted(set(draft) - dknown)
-            if dunknown:
-                raise SettingsError(f"unknown draft setting(s): {', '.join(dunknown)}")
-            if draft.get("model_path") is not None:
-                draft["model_path"] = Path(draft["model_path"])
-            data["draft"] = DraftSettings(**draft)
-        try:
-            return cls(**data)
-        except TypeError as exc:
-            raise SettingsError(f"bad load settings: {exc}") from exc
+        return _typed(cls, data, "")
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -230,3 +220,74 @@ def _check_tensor_split(split: tuple[float, ...]) -> None:
                             f"{', '.join(map(str, split))}")
     if sum(split) <= 0:
         raise SettingsError("a tensor split must give at least one GPU a share above 0")
+
+
+# -- the one check of a load-settings dict (LoadSettings.from_dict) ------------------------------
+
+def _unknown(data: dict[Any, Any], cls: type, where: str) -> list[str]:
+    known = {f.name for f in dataclasses.fields(cls)}
+    return sorted(where + shown(key) for key in data if key not in known)
+
+
+def _typed(cls: type[_T], data: dict[str, Any], where: str) -> _T:
+    """An instance of the dataclass `cls` (its keys already checked), each value of its
+    field's type: "load setting NAME must be KIND, not VALUE" for one that is not."""
+    hints = get_type_hints(cls)
+    return cls(**{key: _value(value, hints[key], where + key) for key, value in data.items()})
+
+
+def _value(value: Any, tp: Any, name: str) -> Any:
+    """`value` as a `tp` (JSON's list → tuple, str → Path, int → float), or SettingsError."""
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        options = [a for a in get_args(tp) if a is not type(None)]
+        if value is None and len(options) < len(get_args(tp)):
+            return None
+        if len(options) == 1:
+            return _value(value, options[0], name)
+        for option in options:  # int | Literal["all", "auto"]: the first that takes it
+            with contextlib.suppress(SettingsError):
+                return _value(value, option, name)
+        raise _wrong(name, " or ".join(_kind(option) for option in options), value)
+    if origin is Literal:
+        if not any(type(value) is type(a) and value == a for a in get_args(tp)):
+            raise _wrong(name, _kind(tp), value)
+        return value
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise _wrong(name, _kind(tp), value)
+        return tuple(_value(v, get_args(tp)[0], f"{name}[{i}]") for i, v in enumerate(value))
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # the draft
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise _wrong(name, _kind(tp), value)
+        return _typed(tp, value, name + ".")
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, int | float) and not isinstance(value, bool),
+        str: isinstance(value, str),
+        Path: isinstance(value, Path) or (isinstance(value, str) and bool(value)),
+    }[tp]
+    if not ok:
+        raise _wrong(name, _kind(tp), value)
+    if tp is float:
+        return float(value)
+    return Path(value) if tp is Path else value
+
+
+def _kind(tp: Any) -> str:
+    """What a value of type `tp` is, in words: "a whole number", "one of auto, on, off"."""
+    if get_origin(tp) is Literal:
+        return "one of " + ", ".join(map(str, get_args(tp)))
+    if get_origin(tp) is tuple:
+        return "a list"
+    if dataclasses.is_dataclass(tp):
+        return "an object"
+    return {bool: "true or false", int: "a whole number", float: "a number", str: "text",
+            Path: "a path"}[tp]
+
+
+def _wrong(name: str, kind: str, value: Any) -> SettingsError:
+    return SettingsError(f"load setting {name} must be {kind}, not {reprlib.repr(value)}")

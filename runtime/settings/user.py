@@ -1,13 +1,17 @@
 """The app's own settings, typed and validated, kept as TOML in the config folder.
 
-    >>> store = SettingsStore()                       # <config>/settings.toml, secrets.toml
+    >>> import tempfile
+    >>> config = tempfile.TemporaryDirectory()       # the app's: SettingsStore() alone
+    >>> store = SettingsStore(Path(config.name, "settings.toml"))   # and secrets.toml beside it
     >>> settings, problem = store.load_or_reset()     # problem: one line, or None
-    >>> settings.hub.preferred_quant, settings.fit.n_ctx
-    ('Q4_K_M', 4096)
+    >>> settings.hub.preferred_quant, settings.fit.n_ctx, problem
+    ('Q4_K_M', 4096, None)
+    >>> path = Path("models/owner/repo/model-Q4_K_M.gguf")
     >>> settings = settings.with_model(path, ModelPrefs(LoadSettings(path, n_ctx=8192)))
     >>> store.save(settings)
-    >>> SettingsStore().load().model_prefs(path).load.n_ctx
+    >>> SettingsStore(store.path).load().model_prefs(path).load.n_ctx
     8192
+    >>> config.cleanup()
 
 What is kept: the models folder, the Hugging Face token and the local server's API key (both
 in a separate `secrets.toml` readable by the user alone, mode 0600, and shown as `***` by
@@ -44,6 +48,7 @@ import tomli_w
 from runtime.atomic_file import write_text
 from runtime.errors import SettingsError
 from runtime.events import SamplingParams
+from runtime.paths import user_dirs
 from runtime.settings.load import KV_CACHE_TYPES, DraftSettings, LoadSettings
 
 # Quality order, best first (runtime.hub.quants.PREFERRED_QUANTS, repeated here so reading the
@@ -337,8 +342,6 @@ class SettingsStore:
 
     def __init__(self, path: Path | None = None, secrets_path: Path | None = None) -> None:
         if path is None:
-            from runtime.paths import user_dirs
-
             path = user_dirs().settings_file
         self.path = Path(path)
         self.secrets_path = Path(secrets_path or self.path.with_name("secrets.toml"))

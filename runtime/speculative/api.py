@@ -8,7 +8,7 @@ The scheduler implements the mechanics of a speculative round; the speculative p
    scheduler chooses k as min(draft k_max, tokens left to max_tokens − 1, room in the
    context and in the step's batch). An empty proposal means "plain decode this step".
 2. The batch gets t, x1..xk at positions n..n+k, all with logits: k+1 rows p1..pk+1.
-3. `verifier.verify(proposal, rows, seq.sampler, seq.tokens)` → `Verdict(tokens, n_accepted,
+3. `verifier.verify(proposal, rows, seq.sampler, seq.tokens)` → `DraftVerdict(tokens, n_accepted,
    rollback)`: the accepted drafts then one token the target sampled (correction or bonus),
    and how many draft positions to drop.
 4. The scheduler removes the rejected cells with `llama_memory_seq_rm(seq, n+1+n_accepted, -1)`,
@@ -17,7 +17,7 @@ The scheduler implements the mechanics of a speculative round; the speculative p
    drafts and a `StepStats`, then calls `drafter.observe(drafted, accepted, seconds)`.
 
 A `Drafter` is per sequence (`Sequence.drafter`), so its state — a draft model's own cache
-position, an n-gram index — follows that sequence. `Speculation.attach` is called once per
+position, an n-gram index — follows that sequence. `SpeculationPolicy.attach` is called once per
 model load on the engine thread and returns the per-sequence factory and the verifier.
 
     class NoDraft:                                  # the smallest valid drafter
@@ -30,7 +30,7 @@ model load on the engine thread and returns the per-sequence factory and the ver
 
 Worked example (greedy, k = 3): the target evaluates [t, x1, x2, x3]; its argmaxes are
 [x1, x2, y, …], so x1 and x2 are accepted, x3 is rejected and y replaces it:
-`Verdict(tokens=(x1, x2, y), n_accepted=2, rollback=1)`; the cell of x3 (position n+3)
+`DraftVerdict(tokens=(x1, x2, y), n_accepted=2, rollback=1)`; the cell of x3 (position n+3)
 is removed and y becomes the next token to evaluate.
 """
 
@@ -58,7 +58,7 @@ class DraftProposal:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class DraftVerdict:
     """What the target keeps of one round: `tokens` = accepted drafts + one sampled by the
     target (so len(tokens) == n_accepted + 1); `rollback` = draft positions to remove
     (k − n_accepted)."""
@@ -91,7 +91,7 @@ class Drafter(Protocol):
 
 class Verifier(Protocol):
     def verify(self, proposal: DraftProposal, rows: np.ndarray, sampler: Sampler,
-               history: Sequence[int]) -> Verdict:
+               history: Sequence[int]) -> DraftVerdict:
         """`rows` are the target's k+1 raw logit rows; `sampler.distribution(row, history)`
         gives p_i (history = the accepted tokens before that row's position) and
         `sampler.uniform()` the draws, so a seeded run is reproducible."""
@@ -112,7 +112,7 @@ class SpecSetup:
     stepper: Any = None  # the draft model's native step (runtime.llama.stepper), if any
 
 
-class Speculation(Protocol):
+class SpeculationPolicy(Protocol):
     def attach(self, model: Any, settings: LoadSettings) -> SpecSetup | None:
         """Called on the engine thread after the target loaded (`model` is a
         runtime.llama.binding.LlamaModel); None when settings.draft.kind is "none"."""

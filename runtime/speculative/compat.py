@@ -9,12 +9,25 @@ converters put their own special tokens; so Outrider adds one check there: the t
 and EOS ids must name the same token text in the draft. A draft whose specials differ
 (`<s>` where the target has `<|endoftext|>`) would otherwise pass.
 
-    >>> facts = read_tokenizer_facts  # runtime.gguf.vocab, the one reader of a vocabulary
-    >>> check_draft_compat(facts(tiny_target), facts(tiny_draft))
+    >>> byte_tokens = tuple(bytes([b]) for b in range(256))
+    >>> target = TokenizerFacts("bpe", bos_id=0, eos_id=0, add_bos=False, add_eos=False,
+    ...                         tokens=(b"<|endoftext|>", *byte_tokens))
+    >>> check_draft_compat(target, target)
     []
-    >>> check_draft_compat(facts(smollm2_135m), facts(tiny_target))
-    ['vocabulary sizes differ by 48,881 tokens (target 49,152, draft 271; at most 128)',
-     "token 5 differs (target '<file_sep>', draft 'Ă')"]
+    >>> draft = TokenizerFacts("bpe", 0, 0, False, False, (b"<s>", *byte_tokens))
+    >>> check_draft_compat(target, draft)  # doctest: +NORMALIZE_WHITESPACE
+    ["the target's BOS token '<|endoftext|>' (id 0) is '<s>' in the draft",
+     "the target's EOS token '<|endoftext|>' (id 0) is '<s>' in the draft"]
+
+A model file's facts come from `runtime.gguf.vocab.read_tokenizer_facts`, the one reader of
+a vocabulary; for the tiny test models and the default model (SmolLM2-135M):
+
+    facts = read_tokenizer_facts
+    check_draft_compat(facts(tiny_target), facts(tiny_draft))
+    # []
+    check_draft_compat(facts(smollm2_135m), facts(tiny_target))
+    # ['vocabulary sizes differ by 48,881 tokens (target 49,152, draft 271; at most 128)',
+    #  "token 5 differs (target '<file_sep>', draft 'Ă')"]
 """
 
 from __future__ import annotations

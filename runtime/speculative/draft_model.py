@@ -35,11 +35,9 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-import llama_cpp.llama_cpp as L
 import numpy as np
 
 from runtime.events import SamplingParams
-from runtime.gguf.vocab import TokenizerFacts
 from runtime.llama.binding import Batch, LlamaContext, LlamaModel, supports_gpu_offload
 from runtime.llama.params import to_llama_params
 from runtime.llama.stepper import Stepper
@@ -56,26 +54,6 @@ logger = logging.getLogger("outrider.speculative")
 _NO_DRAFT = DraftProposal(())
 _NO_KV_SLOT = 1
 _NATIVE_FEED = 2  # catch-up tokens decoded in the round's own native call (more: a prefill)
-
-# enum llama_vocab_type → the names TokenizerFacts uses (llama.h)
-_VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
-
-
-def tokenizer_facts(model: LlamaModel) -> TokenizerFacts:
-    """A loaded model's tokenizer facts, read through llama.cpp's vocabulary API (what
-    llama.cpp's own compatibility check reads; 49k tokens take ~50 ms, the GGUF reader ~2 s).
-    """
-    vocab = model.vocab
-    kind = int(L.llama_vocab_type(vocab))
-    tokens = tuple((L.llama_vocab_get_text(vocab, t) or b"") for t in range(model.n_vocab))
-    return TokenizerFacts(
-        vocab_type=_VOCAB_TYPES.get(kind, f"type {kind}"),
-        bos_id=model.bos if model.bos >= 0 else None,
-        eos_id=model.eos if model.eos >= 0 else None,
-        add_bos=bool(L.llama_vocab_get_add_bos(vocab)),
-        add_eos=bool(L.llama_vocab_get_add_eos(vocab)),
-        tokens=tokens)
-
 
 def _common_prefix(a: Sequence[int], b: Sequence[int], start: int) -> int:
     """Length of the common prefix of a and b, knowing the first `start` items agree."""

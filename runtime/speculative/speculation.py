@@ -37,14 +37,15 @@ from typing import Any, Literal
 import numpy as np
 
 from runtime.gguf.preflight import check_gguf
+from runtime.llama.vocab import tokenizer_facts
 from runtime.sampling import native
 from runtime.sampling.constraint import Constraint
 from runtime.sampling.sampler import Sampler
 from runtime.sampling.verify import VerifyMode
 from runtime.settings.load import DraftSettings, LoadSettings
-from runtime.speculative.api import DraftProposal, SpecSetup, Verdict
+from runtime.speculative.api import DraftProposal, DraftVerdict, SpecSetup
 from runtime.speculative.compat import check_draft_compat
-from runtime.speculative.draft_model import DraftContext, DraftModel, tokenizer_facts
+from runtime.speculative.draft_model import DraftContext, DraftModel
 from runtime.speculative.lookup_gate import FreeTextGate, grammar_prefix
 from runtime.speculative.pacing import CostMemory, PacedDrafter, Pacer
 from runtime.speculative.prompt_lookup import PromptLookup
@@ -55,10 +56,11 @@ _NO_DRAFT = DraftProposal(())
 class SamplingVerifier:
     """The verify step on the target's raw rows (implements speculative_api.Verifier).
 
+        >>> from runtime.events import SamplingParams
         >>> v = SamplingVerifier()
         >>> rows = np.log(np.array([[0.1, 0.9], [0.5, 0.5]], np.float32))
         >>> v.verify(DraftProposal((1,)), rows, Sampler(SamplingParams(temperature=0), 0), [0])
-        Verdict(tokens=(1, 0), n_accepted=1, rollback=0)
+        DraftVerdict(tokens=(1, 0), n_accepted=1, rollback=0)
     """
 
     def __init__(self, rule: Literal["leviathan", "greedy_match"] = "leviathan") -> None:
@@ -70,7 +72,7 @@ class SamplingVerifier:
         return self.rule
 
     def verify(self, proposal: DraftProposal, rows: np.ndarray, sampler: Sampler,
-               history: Sequence[int]) -> Verdict:
+               history: Sequence[int]) -> DraftVerdict:
         drafts = proposal.tokens
         k = len(drafts)
         mode = self.mode(sampler)
@@ -82,11 +84,11 @@ class SamplingVerifier:
             q = _padded(proposal.q_rows, p.shape[1])
         u = np.array([sampler.uniform() for _ in range(k + 1)])
         accepted, tokens = native.verify(drafts, p, q, u, mode)
-        return Verdict(tokens=tokens, n_accepted=accepted, rollback=k - accepted)
+        return DraftVerdict(tokens=tokens, n_accepted=accepted, rollback=k - accepted)
 
 
 def _verify_greedy(drafts: Sequence[int], rows: np.ndarray, sampler: Sampler,
-                   history: Sequence[int]) -> Verdict:
+                   history: Sequence[int]) -> DraftVerdict:
     """Temperature 0: the verify kernel's "greedy" mode on one-hot rows over just the ids
     that occur (the drafts and the target's argmaxes), so no row as wide as the vocabulary
     is built: [x1 x2] vs argmaxes [x1 y z] → ids [x1 x2 y z], rows one-hot at 0, 2, 3.
@@ -118,7 +120,7 @@ def _verify_greedy(drafts: Sequence[int], rows: np.ndarray, sampler: Sampler,
     p = np.zeros((k + 1, len(ids)))
     p[np.arange(k + 1), [index[t] for t in best]] = 1.0
     accepted, tokens = native.verify([index[t] for t in drafts], p, None, None, "greedy")
-    return Verdict(tokens=tuple(ids[t] for t in tokens), n_accepted=accepted,
+    return DraftVerdict(tokens=tuple(ids[t] for t in tokens), n_accepted=accepted,
                    rollback=k - accepted)
 
 
@@ -233,7 +235,7 @@ def allowed_prefix(constraint: Constraint, tokens: Sequence[int]) -> list[int]:
 
 
 class Speculation:
-    """Implements runtime.speculative.api.Speculation. `clock` times the rounds (tests
+    """Implements runtime.speculative.api.SpeculationPolicy. `clock` times the rounds (tests
     pass a fake one)."""
 
     def __init__(self, *, clock: Callable[[], float] = time.perf_counter) -> None:

@@ -13,7 +13,6 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from runtime.chat.families import Family
 from runtime.engine.api import Embeddings, EngineMetrics, EngineStatus, LoadedModel
 from runtime.errors import NoModelLoaded, SettingsError
 from runtime.events import Event, GenerationRequest
@@ -77,12 +76,6 @@ class FakeEngine:
     def embed(self, inputs: Any) -> Embeddings:
         self._never.wait()
         raise NoModelLoaded("never reached")
-
-    def template_family(self) -> Family:
-        raise NoModelLoaded("the fake engine has no template")
-
-    def special_tokens(self, texts: Any) -> dict[str, int]:
-        return {}
 
     def tokenize(self, text: str, *, add_special: bool = False,
                  parse_special: bool = False) -> list[int]:

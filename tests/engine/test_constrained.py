@@ -34,7 +34,7 @@ from runtime.sampling.constraint import Constraint, ConstraintCompiler
 from runtime.sampling.sampler import Sampler
 from runtime.sampling.token_mask import TokenMask
 from runtime.settings.load import DraftSettings, LoadSettings
-from runtime.speculative.api import DraftProposal, SpecSetup, Verdict
+from runtime.speculative.api import DraftProposal, DraftVerdict, SpecSetup
 from runtime.speculative.pacing import CostMemory, Pacer
 from runtime.speculative.prompt_lookup import PromptLookup
 from runtime.speculative.speculation import NgramDrafter, SamplingVerifier, Speculation
@@ -421,7 +421,7 @@ class _FrozenMask:
 
 class _FrozenVerifier(SamplingVerifier):
     def verify(self, proposal: DraftProposal, rows: np.ndarray, sampler: Sampler,
-               history: Sequence[int]) -> Verdict:
+               history: Sequence[int]) -> DraftVerdict:
         real = sampler.constraint
         assert real is not None
         sampler.constraint = _FrozenMask(real)  # type: ignore[assignment]

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime.engine.engine import Engine, RequestHandle
+from runtime.engine.api import RequestHandle
+from runtime.engine.engine import Engine
 from runtime.errors import (
     LoadError,
     ModelNotFound,
@@ -28,7 +29,7 @@ from runtime.events import (
 )
 from runtime.sampling.sampler import Sampler
 from runtime.settings.load import DraftSettings, LoadSettings
-from runtime.speculative.api import DraftProposal, SpecSetup, Verdict
+from runtime.speculative.api import DraftProposal, DraftVerdict, SpecSetup
 from tests.engine.conftest import tiny_settings
 from tests.fixtures.tiny_gguf import TinySpec, write_tiny_gguf
 
@@ -369,14 +370,14 @@ class _ReplayDrafter:
 
 class _GreedyVerifier:
     def verify(self, proposal: DraftProposal, rows: np.ndarray, sampler: Sampler,
-               history: Seq[int]) -> Verdict:
+               history: Seq[int]) -> DraftVerdict:
         out: list[int] = []
         for i, x in enumerate(proposal.tokens):
             y = int(np.argmax(rows[i]))
             if y != x:
-                return Verdict((*out, y), len(out), len(proposal.tokens) - len(out))
+                return DraftVerdict((*out, y), len(out), len(proposal.tokens) - len(out))
             out.append(x)
-        return Verdict((*out, int(np.argmax(rows[len(out)]))), len(out), 0)
+        return DraftVerdict((*out, int(np.argmax(rows[len(out)]))), len(out), 0)
 
 
 class _Speculation:

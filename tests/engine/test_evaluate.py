@@ -3,12 +3,13 @@ tiny model (its byte-level vocabulary makes any English text long enough)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from runtime.errors import EvalError, KLDBaseMismatch, TextTooShort
+from runtime.errors import EvalError, KLDBaseMismatch, LoadError, TextTooShort
 from runtime.quality.evaluate import EvalOptions, default_text, evaluate
 from runtime.quality.kld import kld_rows, load_base, log_softmax, summarize
 from tests.fixtures.reference_llama import model_params
@@ -170,6 +171,16 @@ def test_a_short_text_is_refused_with_the_numbers(tiny_target: Path) -> None:
         evaluate(tiny_target, "too short", OPTS)
 
 
+def test_a_file_llama_cpp_refuses_is_a_load_error_with_its_reason(tmp_path: Path) -> None:
+    """The evaluation loads as the engine does (runtime.llama.binding): the same typed error,
+    the reason picked from llama.cpp's log by the same rule (runtime.llama.reason)."""
+    bad = tmp_path / "magic.gguf"
+    bad.write_bytes(b"abcd" + bytes(64))
+    with pytest.raises(LoadError, match=r"^llama.cpp could not load magic.gguf: invalid magic "
+                                        r"characters: 'abcd', expected 'GGUF'$"):
+        evaluate(bad, "text", OPTS)
+
+
 def test_bad_options_are_refused() -> None:
     with pytest.raises(EvalError, match="even number"):
         EvalOptions(n_ctx=63)
@@ -197,23 +208,13 @@ def test_cli_eval_prints_and_saves(tiny_target: Path, text: str, tmp_path: Path,
     assert "needs at least 16384" in capsys.readouterr().err
 
 
-def test_evaluate_gives_llama_cpp_logging_back(tiny_target: Path, text: str) -> None:
-    import ctypes
-
-    import llama_cpp.llama_cpp as L
-
-    seen: list[bytes] = []
-    callback = L.llama_log_callback(lambda level, msg, user: seen.append(msg or b""))
-    previous = L.llama_log_callback()
-    previous_ud = ctypes.c_void_p()
-    L.llama_log_get(ctypes.byref(previous), ctypes.byref(previous_ud))
-    L.llama_log_set(callback, ctypes.c_void_p(0))
-    try:
+def test_evaluate_logs_as_the_engine_does(tiny_target: Path, text: str,
+                                          caplog: pytest.LogCaptureFixture,
+                                          capfd: pytest.CaptureFixture[str]) -> None:
+    """llama.cpp's log while evaluating reaches the engine's receiver
+    (runtime.llama.binding.llama_log): the `outrider.llama` logger at debug level, never the
+    terminal."""
+    with caplog.at_level(logging.DEBUG, logger="outrider.llama"):
         evaluate(tiny_target, text, OPTS)
-        assert seen == []  # swallowed while evaluating
-        model = L.llama_model_load_from_file(str(tiny_target).encode(),
-                                             L.llama_model_default_params())
-        L.llama_model_free(model)
-        assert seen  # ours again afterwards
-    finally:
-        L.llama_log_set(previous, previous_ud)
+    assert any("llama_model_loader" in r.getMessage() for r in caplog.records)
+    assert "llama_model_loader" not in capfd.readouterr().err

@@ -1,11 +1,11 @@
-"""`RequestHandle`, the caller's end of a request: what the engine thread puts in comes out in
+"""`EventQueueHandle`, the caller's end of a request: what the engine thread puts in comes out in
 order, one event at a time — a native run's `TokenRun` as one TokenEvent a token."""
 
 from __future__ import annotations
 
 import threading
 
-from runtime.engine.handle import RequestHandle
+from runtime.engine.handle import EventQueueHandle
 from runtime.events import Finished, Timings, TokenEvent, TokenRun, Usage
 
 
@@ -14,7 +14,7 @@ def finished(request_id: str, index: int) -> Finished:
 
 
 def test_a_run_comes_out_as_one_token_event_a_token_in_order() -> None:
-    handle = RequestHandle("req-1", 1, cancel=lambda _id: None)
+    handle = EventQueueHandle("req-1", 1, cancel=lambda _id: None)
     handle._put(TokenEvent("req-1", 0, 7, "a"))
     handle._put(TokenRun("req-1", 0, (8, 9, 10), ["b", "", "é"]))
     handle._put(TokenEvent("req-1", 0, 11, "c"))
@@ -28,7 +28,7 @@ def test_a_run_comes_out_as_one_token_event_a_token_in_order() -> None:
 
 
 def test_the_stream_ends_after_every_samples_finish_not_before() -> None:
-    handle = RequestHandle("req-2", 2, cancel=lambda _id: None)
+    handle = EventQueueHandle("req-2", 2, cancel=lambda _id: None)
     handle._put(TokenRun("req-2", 0, (1, 2), ["x", "y"]))
     handle._put(TokenRun("req-2", 1, (3,), ["z"]))
     handle._put(finished("req-2", 0))
@@ -42,7 +42,7 @@ def test_the_stream_ends_after_every_samples_finish_not_before() -> None:
 
 
 def test_a_reader_on_another_thread_gets_a_runs_tokens_as_they_are_put() -> None:
-    handle = RequestHandle("req-3", 1, cancel=lambda _id: None)
+    handle = EventQueueHandle("req-3", 1, cancel=lambda _id: None)
     got: list[int] = []
     reader = threading.Thread(target=lambda: got.extend(
         e.token_id for e in handle.events(timeout=5) if isinstance(e, TokenEvent)))

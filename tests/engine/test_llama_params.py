@@ -8,11 +8,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from runtime.gguf.constants import GGML_TYPE_IDS, type_id
 from runtime.llama.params import (
     FLASH_ATTN_AUTO,
     FLASH_ATTN_OFF,
     FLASH_ATTN_ON,
-    GGML_TYPE_IDS,
     LOAD_MODE_MMAP,
     LOAD_MODE_NONE,
     default_threads,
@@ -43,8 +43,9 @@ def test_defaults() -> None:
     assert p.notes == ("GPU layers: auto without a memory plan, so the model stays on the CPU",)
 
 
-def test_every_offered_kv_type_has_a_ggml_id() -> None:
-    assert set(KV_CACHE_TYPES) <= set(GGML_TYPE_IDS)
+def test_every_offered_kv_type_has_a_ggml_id_and_its_size() -> None:
+    assert {name.upper() for name in KV_CACHE_TYPES} <= set(GGML_TYPE_IDS)
+    assert KV_CACHE_TYPES["q8_0"] == 34 / 32 and KV_CACHE_TYPES["f32"] == 4.0
 
 
 @pytest.mark.parametrize(("type_v", "flash", "expected_note"), [
@@ -56,7 +57,7 @@ def test_quantized_v_switches_flash_attention_on_and_says_so(type_v: str, flash:
     s = LoadSettings(model_path=MODEL, type_v=type_v, flash_attn=flash, gpu_layers=0)  # type: ignore[arg-type]
     p = to_llama_params(s)
     assert p.flash_attn == FLASH_ATTN_ON
-    assert p.type_v == GGML_TYPE_IDS[type_v]
+    assert p.type_v == type_id(type_v)
     assert p.notes == (expected_note,)
 
 

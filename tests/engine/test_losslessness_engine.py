@@ -36,7 +36,7 @@ from runtime.sampling import native
 from runtime.sampling.sampler import Sampler
 from runtime.settings.load import DraftSettings, LoadSettings
 from runtime.speculative.adaptive import DraftLengthController
-from runtime.speculative.api import DraftProposal, SpecSetup, Verdict
+from runtime.speculative.api import DraftProposal, DraftVerdict, SpecSetup
 from runtime.speculative.speculation import SamplingVerifier, Speculation, target_distributions
 from tests.conftest import tiny_model_path
 from tests.engine.conftest import tiny_settings
@@ -178,11 +178,11 @@ class AcceptAll:
     """Biased: keeps every draft, then samples the bonus token from the target."""
 
     def verify(self, proposal: DraftProposal, rows: np.ndarray, sampler: Sampler,
-               history: Sequence[int]) -> Verdict:
+               history: Sequence[int]) -> DraftVerdict:
         drafts = proposal.tokens
         p = target_distributions(rows, sampler, history, drafts)
         bonus = native.sample(np.ascontiguousarray(p[len(drafts)]), sampler.uniform())
-        return Verdict((*drafts, bonus), len(drafts), 0)
+        return DraftVerdict((*drafts, bonus), len(drafts), 0)
 
 
 def sample_joint(engine: Engine, prompt: Sequence[int],

@@ -20,7 +20,7 @@ import pytest
 from runtime.engine.engine import Engine
 from runtime.engine.probe import PROBE_FLAG, LoadProbe, crash_reason
 from runtime.errors import LoadCrashed, LoadError
-from runtime.gguf.verdicts import FILE_NAME, Verdict, VerdictStore, file_key
+from runtime.gguf.verdicts import FILE_NAME, LoadVerdict, VerdictStore, file_key
 from runtime.library.library import Library
 from runtime.llama.params import LlamaParams, to_llama_params
 from runtime.paths import user_dirs
@@ -53,7 +53,7 @@ def test_a_crash_is_one_line_with_the_assertion_and_remembered(crashing: Path,
     assert message.startswith(f"llama.cpp crashed while loading {crashing.name}: ")
     assert "GGML_ASSERT(" in message and "\n" not in message
     assert probe.children == 1
-    assert store.get(crashing) == Verdict(ok=False, reason=message.split(": ", 1)[1])
+    assert store.get(crashing) == LoadVerdict(ok=False, reason=message.split(": ", 1)[1])
 
     again = LoadProbe(store)  # a later process: the store, not the probe, remembers
     with pytest.raises(LoadCrashed) as second:
@@ -68,7 +68,7 @@ def test_a_good_file_is_probed_once(tiny_target: Path, tmp_path: Path) -> None:
     probe(tiny_target, params(tiny_target))
     probe(tiny_target, params(tiny_target))
     assert probe.children == 1
-    assert store.get(tiny_target) == Verdict(ok=True)
+    assert store.get(tiny_target) == LoadVerdict(ok=True)
 
 
 def test_a_refusal_in_the_child_keeps_its_type_and_is_not_remembered(tiny_target: Path,

@@ -132,3 +132,24 @@ def test_answer_budget_counts_only_the_samples_that_fit_in_the_slots() -> None:
     fitted = answer_budget(SamplingParams(max_tokens=8192), prompt_len=12, n=1000, n_ctx=512,
                            n_slots=4)
     assert fitted.max_tokens == (512 - 12) // 4
+
+
+# A template whose generation prompt opens the thinking block (DeepSeek R1's, Qwen3.5's).
+THINKING_TEMPLATE = CHATML_TEMPLATE.replace("'<|im_start|>assistant\n'",
+                                            "'<|im_start|>assistant\n<think>\n'")
+
+
+@pytest.mark.parametrize(("text", "opened"), [(THINKING_TEMPLATE, True), (CHATML_TEMPLATE, False)])
+def test_the_prepared_prompt_says_whether_it_opened_the_thinking_block(text: str,
+                                                                      opened: bool) -> None:
+    template = ChatTemplate(text, "model", "", "")
+    assert template.family.reasoning == ("think" if opened else "none")
+    whole = prepare_prompt(GenerationRequest(messages=chat(2)), WordTokenizer(), template,
+                           n_ctx=2_000)
+    cut = prepare_prompt(GenerationRequest(messages=chat(40), truncate_middle=True,
+                                           sampling=SamplingParams(max_tokens=20)),
+                         WordTokenizer(), template, n_ctx=120)
+    assert cut.dropped_messages > 0
+    assert (whole.in_reasoning, cut.in_reasoning) == (opened, opened)
+    raw = prepare_prompt(GenerationRequest(prompt="<think>"), WordTokenizer(), template, 2_000)
+    assert not raw.in_reasoning  # a raw prompt is not the template's: nothing to say

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from runtime.engine import engine as engine_module
-from runtime.engine.engine import Engine, RequestHandle
+from runtime.engine.api import RequestHandle
+from runtime.engine.engine import Engine
 from runtime.errors import InvalidLogits
 from runtime.events import (
     ChatMessage,

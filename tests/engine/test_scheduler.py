@@ -16,7 +16,7 @@ from runtime.engine.sequence import Sequence
 from runtime.engine.stops import StopMatcher
 from runtime.events import ErrorEvent, Event, Finished, SamplingParams, StepStats, TokenEvent
 from runtime.sampling.sampler import Sampler
-from runtime.speculative.api import DraftProposal, Verdict
+from runtime.speculative.api import DraftProposal, DraftVerdict
 from tests.engine.fake_llama import FakeBatch, FakeContext, FakeVocab, logits_for
 
 
@@ -247,14 +247,14 @@ class OracleDrafter:
 
 class GreedyVerifier:
     def verify(self, proposal: DraftProposal, rows: np.ndarray, sampler: Sampler,
-               history: Seq[int]) -> Verdict:
+               history: Seq[int]) -> DraftVerdict:
         out: list[int] = []
         for i, x in enumerate(proposal.tokens):
             y = int(np.argmax(rows[i]))
             if y != x:
-                return Verdict((*out, y), len(out), len(proposal.tokens) - len(out))
+                return DraftVerdict((*out, y), len(out), len(proposal.tokens) - len(out))
             out.append(x)
-        return Verdict((*out, int(np.argmax(rows[len(out)]))), len(out), 0)
+        return DraftVerdict((*out, int(np.argmax(rows[len(out)]))), len(out), 0)
 
 
 @pytest.mark.parametrize("wrong_every", [0, 3])

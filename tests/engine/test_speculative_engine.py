@@ -27,7 +27,7 @@ from runtime.events import (
 )
 from runtime.sampling.sampler import Sampler
 from runtime.settings.load import DraftSettings, LoadSettings
-from runtime.speculative.api import DraftProposal, SpecSetup, Verdict
+from runtime.speculative.api import DraftProposal, DraftVerdict, SpecSetup
 from runtime.speculative.pacing import CostMemory, Pacer
 from runtime.speculative.speculation import SamplingVerifier, Speculation
 from tests.engine.conftest import tiny_settings
@@ -157,14 +157,14 @@ class TruncatingVerifier:
         self.rounds: list[tuple[int, int, int]] = []
 
     def verify(self, proposal: DraftProposal, rows: np.ndarray, sampler: Sampler,
-               history: Seq[int]) -> Verdict:
+               history: Seq[int]) -> DraftVerdict:
         k = len(proposal.tokens)
         j = int(self.rng.integers(0, k + 1))
         q = None if proposal.q_rows is None else proposal.q_rows[:j]
         verdict = self.inner.verify(DraftProposal(proposal.tokens[:j], q), rows[:j + 1],
                                     sampler, history)
         self.rounds.append((k, j, verdict.n_accepted))
-        return Verdict(verdict.tokens, verdict.n_accepted, k - verdict.n_accepted)
+        return DraftVerdict(verdict.tokens, verdict.n_accepted, k - verdict.n_accepted)
 
 
 class _WithVerifier(Speculation):

@@ -17,10 +17,10 @@ from app.chat.markdown import DRAFT_END, DRAFT_START, MarkdownRenderer, mark_dra
 from app.chat.store import SCHEMA_VERSION, ChatStore, ChatStoreError
 from app.crash import CrashReporter
 from app.engine.wire import (
-    ReplyDelta,
     ReplyFinished,
     SseEvent,
     SseParser,
+    TextDelta,
     WireError,
     parse_chat_chunk,
     parse_error_body,
@@ -63,7 +63,7 @@ def test_chat_chunks_become_typed_items() -> None:
     items = parse_chat_chunk({"id": "c", "choices": [{"index": 0, "delta": {"content": "ab"}}],
                               "outrider": {"token_ids": [1, 2], "from_draft": [True, True],
                                            "step": step}})
-    assert items[0] == ReplyDelta("ab", (1, 2), (True, True)) and items[0].drafted
+    assert items[0] == TextDelta("ab", (1, 2), (True, True)) and items[0].drafted
     assert isinstance(items[1], StepStats) and items[1].accepted == 3 and items[1].k == 4
     final = parse_chat_chunk({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
                               "outrider": {"timings": {"ttft_s": 0.5, "prefill_tokens_per_s": 100,
@@ -80,8 +80,8 @@ def test_chat_chunks_become_typed_items() -> None:
 
 
 def test_mixed_draft_chunks_are_not_highlighted() -> None:
-    assert not ReplyDelta("ab", (1, 2), (True, False)).drafted
-    assert not ReplyDelta("a", (1,), ()).drafted
+    assert not TextDelta("ab", (1, 2), (True, False)).drafted
+    assert not TextDelta("a", (1,), ()).drafted
 
 
 def test_ready_line_errors_and_metrics() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from app.models.models_page import LIBRARY, ModelsPage
 from app.services.models import ModelServices
-from runtime.gguf.verdicts import Verdict, VerdictStore
+from runtime.gguf.verdicts import LoadVerdict, VerdictStore
 from runtime.paths import user_dirs
 
 pytest_plugins = ["tests.gui.model_fixtures"]  # its fixtures: hub, services, settings_ctl ...
@@ -34,7 +34,7 @@ def test_a_crashing_file_is_marked_and_says_why(qtbot, page: ModelsPage, service
     bad, good = folder / "bad.gguf", folder / "good.gguf"
     shutil.copyfile(tiny_target, bad)
     shutil.copyfile(tiny_target, good)
-    VerdictStore().put(bad, Verdict(ok=False, reason=CRASH))
+    VerdictStore().put(bad, LoadVerdict(ok=False, reason=CRASH))
     services.refresh_library()
     page.setCurrentIndex(LIBRARY)
     table = page.library.table

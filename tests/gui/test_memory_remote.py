@@ -17,7 +17,7 @@ WORKER = "127.0.0.1:50052"
 
 
 def metrics(time: float, remote: bool = True) -> dict:
-    """A snapshot as the server sends it (runtime/server/metrics.py): the worker's entry
+    """A snapshot as the server sends it (runtime/server/outrider/metrics.py): the worker's entry
     first, as of the load, then this machine's CPU."""
     cpu = {"id": "cpu", "name": "Test CPU", "kind": "cpu", "total_bytes": 64 * GIB,
            "free_bytes": 40 * GIB,

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from app.chat.export import footer_text
+from app.chat.footer import footer_text
 from app.engine.wire import ReplyFinished, parse_chat_chunk
 from runtime.events import Finished, Timings, Usage
-from runtime.server.completion import finish_json
+from runtime.server.generation import finish_json
 
 
 def test_resumed_tokens_and_restore_time_reach_the_footer() -> None:
@@ -20,7 +20,7 @@ def test_resumed_tokens_and_restore_time_reach_the_footer() -> None:
     assert item.usage.resumed_tokens == 3912 and item.timings.restore_s == 0.2134
     stats = {"tokens": item.usage.completion_tokens, "resumed_tokens": item.usage.resumed_tokens,
              "restore_s": item.timings.restore_s}
-    assert footer_text(stats) == "9 tokens · resumed 3,912 cached tokens in 0.21 s"
+    assert footer_text(stats) == "9 tokens · resumed 3,912 cached tokens in 213 ms"
 
 
 def test_a_reply_that_resumed_nothing_says_nothing_of_it() -> None:

@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 
-from app.chat import controller as controller_module
-from app.chat.controller import speculative_footer
-from app.chat.export import footer_text
+from app.chat import footer as footer_module
+from app.chat.footer import footer_text, speculative_footer
 from app.engine.client import EngineState
 from app.engine.streams import ReplyStream
 from app.engine.wire import (
@@ -34,8 +33,9 @@ from app.panels.dock import LivePanels
 from app.theme import LIGHT
 from app.window import MainWindow
 from runtime.events import Event, Finished, SamplingParams, StepStats, Timings, TokenEvent, Usage
-from runtime.server.completion import ChunkWriter
-from runtime.server.sse import SSE_DONE, sse_data
+from runtime.server.dialects.openai.writer import OpenAIWriter
+from runtime.server.generation import Reply
+from runtime.server.sse import SSE_DONE
 from runtime.settings.load import DraftSettings, LoadSettings
 from runtime.speculative.stats import ReplySpecStats, from_draft_flags
 from tests.gui.conftest import ENGINE_TIMEOUT_MS, WindowFactory
@@ -63,7 +63,7 @@ def figures_everywhere(footer: dict[str, Any], chunks: list[dict[str, Any]],
 
 
 def test_the_footer_doctest_holds() -> None:
-    assert doctest.testmod(controller_module).failed == 0
+    assert doctest.testmod(footer_module).failed == 0
 
 
 # -- a scripted reply whose rounds reach the server in one burst -----------------------------
@@ -85,8 +85,9 @@ def scripted_reply() -> list[Event]:
 
 def test_a_burst_of_rounds_reads_the_same_in_the_footer_the_stream_and_the_panel(qtbot) -> None:
     # the server's SSE path: the whole reply is one batch of the engine's events
-    writer = ChunkWriter(chat=True, model="m", n=1, include_usage=False)
-    wire = b"".join(sse_data(chunk) for chunk in writer.chunks(scripted_reply())) + SSE_DONE
+    writer = OpenAIWriter(chat=True, model="m")
+    updates = Reply(None).feed(scripted_reply())
+    wire = b"".join(chunk for update in updates for chunk in writer.update(update)) + SSE_DONE
     # the app's stream parsing, fed in uneven pieces as a socket would
     parser, events = SseParser(), []
     for i in range(0, len(wire), 37):

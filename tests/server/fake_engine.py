@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from runtime.chat.families import PLAIN, Family
 from runtime.engine.api import Embeddings, EngineMetrics, EngineStatus, LoadedModel
 from runtime.errors import ContextOverflow, ModelNotFound, NoModelLoaded, NotAGGUF, SettingsError
 from runtime.events import (
@@ -151,12 +150,6 @@ class FakeEngine:
         return EngineMetrics(100.0, 1000.0, None, None, None, None, status.kv_cells_used,
                              status.kv_cells_total, status.active_sequences,
                              status.waiting_sequences)
-
-    def template_family(self) -> Family:
-        return PLAIN
-
-    def special_tokens(self, texts: Any) -> dict[str, int]:
-        return {}
 
     def tokenize(self, text: str, *, add_special: bool = False,
                  parse_special: bool = False) -> list[int]:

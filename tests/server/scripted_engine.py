@@ -8,21 +8,23 @@
 
 Each token carries a logprob (−0.5 × its position in the reply, so tests can tell them apart)
 and `request.logprobs` top tokens when asked. `family` is the template family the test picks
-(`chat_family` and `capabilities` follow from it); `prompt` is what `render_chat` answers
-(from it the family decides whether the reply starts inside a thinking block).
+(`LoadedModel.family` and `capabilities` follow from it); `prompt` is the rendered prompt's
+end, from which the family decides whether the reply starts inside a thinking block (said,
+as the engine says it, with the admission).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 from runtime.chat.families import PLAIN, Family, capabilities
+from runtime.chat.reply import starts_in_reasoning
 from runtime.engine.api import LoadedModel
 from runtime.events import (
     Finished,
     GenerationRequest,
+    ReasoningOpen,
     Timings,
     TokenEvent,
     TokenLogprob,
@@ -43,25 +45,33 @@ class ScriptedEngine(FakeEngine):
         self.prompt = prompt
         self.reason = reason
         self.requests: list[GenerationRequest] = []
-        self.rendered: list[dict[str, Any]] = []
 
     def load(self, settings: LoadSettings,
              on_progress: Callable[[float], None] | None = None) -> LoadedModel:
         model = super().load(settings, on_progress)
-        self.model = dataclasses.replace(model, chat_family=self.family.name,
+        self.model = dataclasses.replace(model, family=self.family,
                                          capabilities=capabilities(self.family))
         return self.model
 
-    def template_family(self) -> Family:
-        return self.family
+    @property
+    def family(self) -> Family:
+        return self._family
 
-    def render_chat(self, messages: Any, *, tools: Any = (), extra: Any = None) -> str:
-        self.rendered.append({"messages": messages, "tools": tools, "extra": extra})
-        return self.prompt
+    @family.setter
+    def family(self, family: Family) -> None:
+        """A test that picks another family after the load changes the loaded model's facts
+        in place, as if the model had been loaded with that template (the router holds the
+        `LoadedModel` the load returned)."""
+        self._family = family
+        if getattr(self, "model", None) is not None:
+            object.__setattr__(self.model, "family", family)
+            object.__setattr__(self.model, "capabilities", capabilities(family))
 
     def submit(self, request: GenerationRequest) -> FakeHandle:
         handle = FakeHandle(request)
         self.requests.append(request)
+        if starts_in_reasoning(self.family, self.prompt):
+            handle.queue.put(ReasoningOpen(request.id))
         for index in range(request.n):
             reply = self.replies[index % len(self.replies)]
             pieces = [reply[i:i + TOKEN_CHARS] for i in range(0, len(reply), TOKEN_CHARS)]

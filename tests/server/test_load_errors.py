@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from runtime.errors import LoadError
-from runtime.gguf.verdicts import Verdict, VerdictStore
+from runtime.gguf.verdicts import LoadVerdict, VerdictStore
 from tests.server.conftest import fake_gguf
 from tests.server.fake_engine import FakeEngine
 from tests.server.sse_parse import parse_sse
@@ -32,7 +32,7 @@ def test_a_known_crash_is_refused_before_the_engine_sees_it(
         client: TestClient, fake_engine: FakeEngine, models_dir: Path) -> None:
     before = fake_engine.model
     bad = fake_gguf(models_dir / "o" / "r" / "bad.gguf")
-    VerdictStore().put(bad, Verdict(ok=False, reason=CRASH))
+    VerdictStore().put(bad, LoadVerdict(ok=False, reason=CRASH))
     message = assert_error(client.post("/api/load", json={"model_path": "o/r/bad.gguf"}), 400,
                            "invalid_model_file")
     assert message == f"llama.cpp crashed while loading bad.gguf: {CRASH}"

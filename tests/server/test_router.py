@@ -13,8 +13,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from runtime.server.metrics import plan_for
-from runtime.server.router import ModelRouter, RouterOptions
+from runtime.server.models.router import ModelRouter, RouterOptions, plan_for
 from runtime.server.serve import remembered_settings
 from runtime.settings.load import LoadSettings
 from runtime.settings.user import AppSettings, ModelPrefs, SettingsStore

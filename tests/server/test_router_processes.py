@@ -20,7 +20,7 @@ import pytest
 
 from runtime.engine.isolated import IsolatedEngine
 from runtime.server import ServerLimits, create_app
-from runtime.server.router import ModelRouter
+from runtime.server.models.router import ModelRouter
 from runtime.settings.load import LoadSettings
 from tests.server.conftest import API_KEY, ServerThread
 

@@ -114,12 +114,14 @@ _WHERE_THE_TUNABLE_WORKS = pytest.mark.skipif(
 @_WHERE_THE_TUNABLE_WORKS
 def test_an_engine_process_holds_the_default_model_on_huge_pages(default_model: Path) -> None:
     """A fresh interpreter (as an engine child starts) inherits the tunable from one that
-    imported `runtime`, loads the default model with the auto load mode, and its weights
-    sit on 2 MiB pages: AnonHugePages grows by most of the file's size."""
+    started as an engine process (`prepare_engine_process`, as `outrider serve` does), loads
+    the default model with the auto load mode, and its weights sit on 2 MiB pages:
+    AnonHugePages grows by most of the file's size."""
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     code = f"""
 import os, subprocess, sys
-import runtime
+from runtime.openmp import prepare_engine_process
+prepare_engine_process()
 child = '''
 import runtime
 from pathlib import Path

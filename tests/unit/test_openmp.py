@@ -1,5 +1,5 @@
 """runtime.openmp: libgomp's spin is cut short where the default threads take every CPU, and
-it is decided when `runtime` is imported, before llama.cpp (and libgomp) load."""
+it is decided where an engine process starts, before llama.cpp (and libgomp) load."""
 
 from __future__ import annotations
 
@@ -37,12 +37,13 @@ def test_the_users_setting_wins(knob: str) -> None:
     assert env == {knob: env[knob]}
 
 
-def test_importing_runtime_sets_it_before_llama_cpp_loads() -> None:
-    """What a fresh interpreter (an engine child, `outrider serve`) has in its environment
-    once it has imported the binding: the same as this machine's decision, and llama_cpp
-    was not loaded before `runtime` itself."""
+def test_an_engine_process_sets_it_before_llama_cpp_loads() -> None:
+    """What a fresh interpreter that starts as an engine process (`prepare_engine_process`,
+    as the command line does) has in its environment once it has imported the binding: this
+    machine's decision, made before llama_cpp loaded."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    code = ("import sys, runtime; early = 'llama_cpp' in sys.modules; "
+    code = ("import sys; from runtime.openmp import prepare_engine_process; "
+            "prepare_engine_process(); early = 'llama_cpp' in sys.modules; "
             "import os, runtime.llama.binding; "
             "print(early, os.environ.get('GOMP_SPINCOUNT'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

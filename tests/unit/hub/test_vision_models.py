@@ -28,7 +28,7 @@ from runtime.library.projectors import (
 from runtime.paths import user_dirs
 from runtime.planner.devices import Device
 from runtime.planner.plan import plan_memory
-from runtime.server.ollama_pull import plan_pull, pull_lines
+from runtime.server.dialects.ollama.pull import plan_pull, pull_lines
 from runtime.server.serve import remembered_settings
 from runtime.settings.load import LoadSettings
 from runtime.units import fmt_bytes

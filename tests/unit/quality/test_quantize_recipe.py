@@ -11,7 +11,7 @@ from runtime.errors import ImatrixError, QuantizeError
 from runtime.quality.imatrix import load_imatrix, normalise
 from runtime.quality.quantize import (
     FTYPES,
-    GGML_TYPE_IDS,
+    STORAGE_TYPE_IDS,
     QuantRecipe,
     block_count,
     default_output_path,
@@ -77,8 +77,8 @@ def test_plan_leaves_embeddings_and_output_to_the_mixture_by_default() -> None:
 def test_type_tables_agree_with_llama_h() -> None:
     assert FTYPES["Q4_0"] == 2 and FTYPES["Q8_0"] == 7 and FTYPES["Q2_K"] == 10
     assert FTYPES["Q4_K"] == FTYPES["Q4_K_M"] == 15 and FTYPES["IQ4_XS"] == 30
-    assert GGML_TYPE_IDS["Q4_K"] == 12 and GGML_TYPE_IDS["BF16"] == 30
-    assert "Q8_K" not in GGML_TYPE_IDS  # a scratch type, not a storage type
+    assert STORAGE_TYPE_IDS["Q4_K"] == 12 and STORAGE_TYPE_IDS["BF16"] == 30
+    assert "Q8_K" not in STORAGE_TYPE_IDS  # a scratch type, not a storage type
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

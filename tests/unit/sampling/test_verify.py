@@ -18,9 +18,9 @@ import pytest
 
 from runtime.sampling import native
 from runtime.sampling import verify as verify_mod
-from runtime.sampling.verify import Verdict
+from runtime.sampling.verify import VerifyOutcome
 
-VerifyFn = Callable[..., Verdict]
+VerifyFn = Callable[..., VerifyOutcome]
 
 IMPLS = [pytest.param(verify_mod.verify, id="numpy")]
 if native.native_kernels() is not None:
@@ -115,10 +115,10 @@ def _draws(rng: np.random.Generator, dist: np.ndarray, size: int) -> np.ndarray:
 
 
 def _round(kind: str, impl: VerifyFn, p: np.ndarray, q: np.ndarray, x: list[int],
-           u: np.ndarray) -> Verdict:
+           u: np.ndarray) -> VerifyOutcome:
     """One round of the verifier under test: correct, or one of the two biased ones."""
     if kind == "accept_always":
-        return Verdict(len(x), (*x, int(np.argmax(p[len(x)]))))
+        return VerifyOutcome(len(x), (*x, int(np.argmax(p[len(x)]))))
     return impl(x, p, q, u, "leviathan")
 
 
@@ -238,17 +238,17 @@ def test_greedy_match_is_lossless(impl: VerifyFn) -> None:
 def test_docstring_rounds(impl: VerifyFn) -> None:
     p = np.array([[0.5, 0.5, 0.0], [0.0, 0.0, 1.0]])
     q = np.array([[0.25, 0.75, 0.0]])
-    assert impl([1], p, q, [0.5, 0.3]) == Verdict(1, (1, 2))
-    assert impl([1], p, q, [0.9, 0.3]) == Verdict(0, (0,))
+    assert impl([1], p, q, [0.5, 0.3]) == VerifyOutcome(1, (1, 2))
+    assert impl([1], p, q, [0.9, 0.3]) == VerifyOutcome(0, (0,))
 
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_greedy_mode_accepts_while_argmax_agrees(impl: VerifyFn) -> None:
     eye = np.eye(4)
     p = eye[[2, 3, 1, 0]]  # T = 0: point masses on 2, 3, 1, then 0
-    assert impl([2, 3, 1], p, None, None, "greedy") == Verdict(3, (2, 3, 1, 0))
-    assert impl([2, 0, 1], p, None, None, "greedy") == Verdict(1, (2, 3))
-    assert impl([], p[:1], None, None, "greedy") == Verdict(0, (2,))
+    assert impl([2, 3, 1], p, None, None, "greedy") == VerifyOutcome(3, (2, 3, 1, 0))
+    assert impl([2, 0, 1], p, None, None, "greedy") == VerifyOutcome(1, (2, 3))
+    assert impl([], p[:1], None, None, "greedy") == VerifyOutcome(0, (2,))
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -257,7 +257,7 @@ def test_rejection_draws_from_the_residual_only(impl: VerifyFn) -> None:
     q = np.array([[0.0, 0.6, 0.4, 0.0]])  # residual max(0, p - q) = [0.3, 0, 0, 0]
     for u in np.linspace(0.0, 0.99, 12):
         verdict = impl([1], p, q, [0.9999, float(u)])
-        assert verdict == Verdict(0, (0,))
+        assert verdict == VerifyOutcome(0, (0,))
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -1,0 +1,1 @@
+"""Which engine serves a request's model: the router, the names models answer to."""

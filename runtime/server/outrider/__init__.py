@@ -1,0 +1,1 @@
+"""Outrider's own routes: load and unload, status, metrics, tokenize."""
