@@ -231,20 +231,27 @@ class Reply:
             if isinstance(event, ReasoningOpen):
                 self.in_reasoning = True
             elif isinstance(event, TokenEvent):
-                update = pending.setdefault(event.index, Update(self.choice(event.index)))
+                update = self._pending(pending, event.index)
                 update.tokens.append(event)
                 update.choice.tokens.append(event)
                 update.pieces += update.choice.push(event.text)
             elif isinstance(event, StepStats):
-                pending.setdefault(event.index, Update(self.choice(event.index))).step = event
+                self._pending(pending, event.index).step = event
             elif isinstance(event, Finished):
-                update = pending.pop(event.index, Update(self.choice(event.index)))
+                update = self._pending(pending, event.index)
+                del pending[event.index]
                 update.finished = event
                 update.rest = update.choice.finish(event)
                 out.append(update)
             elif isinstance(event, ErrorEvent):
                 self.error = event
         return out + [pending[i] for i in sorted(pending)]
+
+    def _pending(self, pending: dict[int, Update], index: int) -> Update:
+        update = pending.get(index)
+        if update is None:
+            update = pending[index] = Update(self.choice(index))
+        return update
 
 
 class Writer(Protocol):
