@@ -7,9 +7,9 @@
     return await answer(request, lease, generation, reply, writer, stream=body.stream,
                         poll_s=state.limits.poll_interval_s)
 
-`answer` submits (the first call to the engine for this request), waits for the first batch
-of events — an error there is the response, a status, as no byte has been sent yet — then
-streams the reply as it comes or collects it whole. `Reply` reads the events once for every
+`answer` submits (the first call to the engine for this request), then collects the reply
+whole or streams it as it comes; a stream's status waits for its first events — an error
+there is the response, a status, as no byte has been sent yet. `Reply` reads the events once for every
 dialect: per choice, the tokens, the pieces the template family's parser finds (answer text,
 thinking text, whole tool calls: `runtime.chat.reply`), the finish reason:
 
@@ -27,15 +27,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
 from fastapi import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Send
 
 from runtime.chat.reply import ParsedReply, ReplyParser
 from runtime.events import (
@@ -60,6 +61,7 @@ from runtime.server.sse import (
 from runtime.server.state import ServerState
 
 PieceKind = Literal["content", "reasoning", "tool_call"]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -286,19 +288,28 @@ async def lease_for(state: ServerState, request: Request, asked: str | None,
     return lease
 
 
+SMALL_BODY = 4096  # bytes: a body this small is read on the event loop (`prepared`)
+
+
+async def prepared(request: Request, make: Callable[[], _T]) -> _T:
+    """`make()` — a dialect's body made into the engine's request: the tools' grammar, a
+    schema's check, images decoded — on the event loop when the body is small (its checks
+    take less than a thread hop), else on a worker thread (a big schema or grammar takes a
+    while to check, an image to decode)."""
+    size = request.headers.get("content-length", "")
+    if size.isdigit() and int(size) <= SMALL_BODY:
+        return make()
+    return await anyio.to_thread.run_sync(make)
+
+
 async def answer(request: Request, lease: Lease, generation: GenerationRequest,
                  options: ReplyOptions | None, writer: Writer, *, stream: bool,
                  poll_s: float = 0.2) -> Response:
     """Submit `generation` to the leased model's engine and answer in `writer`'s shape."""
     reply = Reply(options, generation.n)
-    started = await _start(request, lease, generation, reply, poll_s)
-    if isinstance(started, ErrorEvent):
-        return writer.error(started)
-    bridge, first = started
+    bridge = await _submit(lease, generation, poll_s)
     if stream:
-        return DisconnectAwareStreamingResponse(_stream(bridge, reply, writer, first),
-                                                media_type=writer.media_type,
-                                                headers=SSE_HEADERS, on_close=bridge.close)
+        return _Streamed(bridge, reply, writer)
     try:
         await _collect(bridge, request, reply)
     finally:
@@ -313,11 +324,7 @@ async def collected(request: Request, lease: Lease, generation: GenerationReques
     """The whole reply to `generation` (its `error` set when it failed): for a route that
     needs the reply's facts, not its text (Anthropic's count_tokens)."""
     reply = Reply(None, generation.n)
-    started = await _start(request, lease, generation, reply, poll_s)
-    if isinstance(started, ErrorEvent):
-        reply.error = started
-        return reply
-    bridge, _ = started
+    bridge = await _submit(lease, generation, poll_s)
     try:
         await _collect(bridge, request, reply)
     finally:
@@ -325,28 +332,46 @@ async def collected(request: Request, lease: Lease, generation: GenerationReques
     return reply
 
 
-async def _start(request: Request, lease: Lease, generation: GenerationRequest, reply: Reply,
-                 poll_s: float) -> tuple[EventBridge, list[Update]] | ErrorEvent:
-    """Submit and read up to the first event past the admission (a `ReasoningOpen` comes
-    first): an error before anything was read is the answer, else the running bridge and
-    the updates read so far."""
+async def _submit(lease: Lease, generation: GenerationRequest, poll_s: float) -> EventBridge:
+    """The request submitted — the first call to its engine — and its events on their way."""
     handle = await anyio.to_thread.run_sync(lease.engine.submit, generation)
     bridge = EventBridge(handle, generation.n, poll_s)
     bridge.start()
-    updates: list[Update] = []
-    try:
-        while True:
-            batch = await _next_or_disconnect(bridge, request)
+    return bridge
+
+
+class _Streamed(DisconnectAwareStreamingResponse):
+    """A streamed answer, running as soon as its request is submitted; its status waits for
+    the reply's first events past the admission: an error before any token (the prompt
+    overflows the context) is the dialect's error with its status — no byte has gone out —
+    else the stream. So the way from the route to the socket is taken while the engine
+    prepares and decodes, and the first token only has to be written. The client leaving
+    at any point cancels the request (`DisconnectAwareStreamingResponse`)."""
+
+    def __init__(self, bridge: EventBridge, reply: Reply, writer: Writer) -> None:
+        super().__init__(iter(()), media_type=writer.media_type, headers=SSE_HEADERS,
+                         on_close=bridge.close)
+        self.bridge, self.reply, self.writer = bridge, reply, writer
+
+    async def stream_response(self, send: Send) -> None:
+        bridge, reply = self.bridge, self.reply
+        updates: list[Update] = []
+        while True:  # up to the first event past the admission (`ReasoningOpen` first)
+            batch = await bridge.next_batch()
             updates += reply.feed(batch)
             if not batch or any(not isinstance(event, ReasoningOpen) for event in batch):
                 break
-    except BaseException:
-        bridge.close()
-        raise
-    if reply.error is not None and not updates:
-        bridge.close()
-        return reply.error
-    return bridge, updates
+        if reply.error is not None and not updates:
+            error = self.writer.error(reply.error)
+            await send({"type": "http.response.start", "status": error.status_code,
+                        "headers": error.raw_headers})
+            await send({"type": "http.response.body", "body": error.body})
+            return
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": self.raw_headers})
+        async for chunk in _stream(bridge, reply, self.writer, updates):
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _next_or_disconnect(bridge: EventBridge, request: Request) -> list[Event]:

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from runtime.chat.families import Family
 from runtime.engine.api import EngineAPI
+from runtime.events import GenerationRequest
 from runtime.server import generation
 from tests.server.conftest import API_KEY
 from tests.server.scripted_engine import ScriptedEngine
@@ -68,24 +69,25 @@ def test_every_route_answers_through_one_path_and_asks_the_engine_only_to_submit
         counted: tuple[ScriptedEngine, list[str]], make_app: Callable[..., FastAPI],
         monkeypatch: pytest.MonkeyPatch) -> None:
     engine, calls = counted
-    started: list[str] = []
-    real_start = generation._start
+    submitted: list[GenerationRequest] = []
+    real_submit = generation._submit
 
-    async def start(request: Any, *args: Any) -> Any:
-        started.append(request.url.path)
-        return await real_start(request, *args)
+    async def submit(lease: Any, request: GenerationRequest, *args: Any) -> Any:
+        submitted.append(request)
+        return await real_submit(lease, request, *args)
 
-    monkeypatch.setattr(generation, "_start", start)
+    monkeypatch.setattr(generation, "_submit", submit)
     http = TestClient(make_app(engine), headers=AUTH)
     http.post(ROUTES[0][0], json={"model": "fake", **ROUTES[0][1]})  # the model resident
     calls.clear()
-    started.clear()
+    submitted.clear()
     for path, body in ROUTES:
         response = http.post(path, json={"model": "fake", **body})
         assert response.status_code == 200, (path, response.text)
         assert calls == ["submit"], (path, calls)
+        assert submitted[-1] is engine.requests[-1], path  # through generation's one submit
         calls.clear()
-    assert started == [path for path, _ in ROUTES]
+    assert len(submitted) == len(ROUTES)
 
 
 def test_the_admission_says_the_reply_starts_in_thinking(

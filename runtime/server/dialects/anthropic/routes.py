@@ -52,6 +52,7 @@ from runtime.server.generation import (
     finish_json,
     fold,
     lease_for,
+    prepared,
 )
 from runtime.server.models.router import Lease
 from runtime.server.request.fields import Sampling
@@ -88,8 +89,8 @@ def anthropic_router(state: ServerState) -> APIRouter:
             if body.stream:
                 return sse_response(_events([*writer.opening(), *writer.closing(prefilled)]))
             return JSONResponse(writer.whole(prefilled))
-        generation, reply = await anyio.to_thread.run_sync(
-            lambda: body.ask(state.limits).generation(lease.model, state.limits))
+        generation, reply = await prepared(
+            request, lambda: body.ask(state.limits).generation(lease.model, state.limits))
         return await answer(request, lease, generation, reply, writer, stream=body.stream,
                             poll_s=state.limits.poll_interval_s)
 

@@ -70,6 +70,7 @@ from runtime.server.generation import (
     arguments_object,
     finish_json,
     lease_for,
+    prepared,
 )
 from runtime.server.logprobs import chat_logprobs
 from runtime.server.models.names import NamedModel
@@ -367,8 +368,8 @@ async def _answer(state: ServerState, request: Request,
     if not (body.messages if isinstance(body, OllamaChatRequest) else body.prompt):
         return _loaded(body.model, chat=chat, stream=body.stream)
     ask = partial(body.ask, state.limits, lease.model.n_ctx)
-    generation, reply = await anyio.to_thread.run_sync(
-        lambda: ask().generation(lease.model, state.limits))
+    generation, reply = await prepared(
+        request, lambda: ask().generation(lease.model, state.limits))
     writer = OllamaWriter(body.model, chat=chat, logprobs=generation.logprobs is not None)
     return await answer(request, lease, generation, reply, writer, stream=body.stream,
                         poll_s=state.limits.poll_interval_s)

@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from runtime.server.dialects.openai.schema import ChatCompletionRequest, CompletionRequest
 from runtime.server.dialects.openai.writer import OpenAIWriter
-from runtime.server.generation import answer, lease_for
+from runtime.server.generation import answer, lease_for, prepared
 from runtime.server.models.names import NamedModel
 from runtime.server.models.router import KEEP
 from runtime.server.state import ServerState
@@ -77,8 +77,8 @@ async def _complete(state: ServerState, body: ChatCompletionRequest | Completion
     ask = (partial(body.ask, state.limits) if isinstance(body, ChatCompletionRequest)
            else partial(body.ask, state.limits, lease.model.n_vocab))
     # Off the event loop: checking a big schema or tool grammar takes a while.
-    generation, reply = await anyio.to_thread.run_sync(
-        lambda: ask().generation(lease.model, state.limits))
+    generation, reply = await prepared(
+        request, lambda: ask().generation(lease.model, state.limits))
     writer = OpenAIWriter(chat=chat, model=lease.model.name, include_usage=body.include_usage,
                           logprobs=generation.logprobs is not None)
     return await answer(request, lease, generation, reply, writer, stream=body.stream,

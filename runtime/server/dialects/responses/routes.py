@@ -40,7 +40,6 @@ import time
 import uuid
 from typing import Any
 
-import anyio.to_thread
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
@@ -57,6 +56,7 @@ from runtime.server.generation import (
     finish_json,
     fold,
     lease_for,
+    prepared,
 )
 from runtime.server.logprobs import chat_logprobs
 from runtime.server.sse import sse_event
@@ -69,8 +69,8 @@ def responses_router(state: ServerState) -> APIRouter:
     @router.post("")
     async def responses(body: ResponsesRequest, request: Request) -> Response:
         lease = await lease_for(state, request, body.model)
-        generation, reply = await anyio.to_thread.run_sync(
-            lambda: body.ask(state.limits).generation(lease.model, state.limits))
+        generation, reply = await prepared(
+            request, lambda: body.ask(state.limits).generation(lease.model, state.limits))
         return await answer(request, lease, generation, reply, ResponseWriter(body),
                             stream=body.stream, poll_s=state.limits.poll_interval_s)
 
