@@ -3,15 +3,17 @@
 `answer`, with the dialect's `Writer`:
 
     lease = await lease_for(state, request, body.model)       # loads the model if need be
-    generation, reply = ask.generation(lease.model, state.limits)
+    generation, reply = await prepared(request, lambda: body.ask(limits).generation(
+        lease.model, limits))
     return await answer(request, lease, generation, reply, writer, stream=body.stream,
                         poll_s=state.limits.poll_interval_s)
 
 `answer` submits (the first call to the engine for this request), then collects the reply
 whole or streams it as it comes; a stream's status waits for its first events — an error
-there is the response, a status, as no byte has been sent yet. `Reply` reads the events once for every
-dialect: per choice, the tokens, the pieces the template family's parser finds (answer text,
-thinking text, whole tool calls: `runtime.chat.reply`), the finish reason:
+there is the response, a status, as no byte has been sent yet. `Reply` reads the events
+once for every dialect: per choice, the tokens, the pieces the template family's parser
+finds (answer text, thinking text, whole tool calls: `runtime.chat.reply`), the finish
+reason:
 
     Update(choice=0, pieces=[Piece("reasoning", "Plan."), Piece("content", "Hi")], ...)
     reply.choice(0).reason      # "stop", "length", "tool_calls", "malformed_tool_call", "cancelled"
