@@ -205,7 +205,6 @@ class IsolatedEngine:
     def render_chat(self, messages: Any, *, tools: Any = (), extra: Any = None) -> str:
         return self._live().call("render_chat", messages, tools, extra)
 
-
     def tokenize(self, text: str, *, add_special: bool = False,
                  parse_special: bool = False) -> list[int]:
         return self._live().call("tokenize", text, add_special, parse_special)

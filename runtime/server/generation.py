@@ -3,7 +3,7 @@
 `answer`, with the dialect's `Writer`:
 
     lease = await lease_for(state, request, body.model)       # loads the model if need be
-    generation, reply = await prepared(request, lambda: body.ask(limits).generation(
+    generation, reply = await prepared(state, request, lambda: body.ask(limits).generation(
         lease.model, limits))
     return await answer(request, lease, generation, reply, writer, stream=body.stream,
                         poll_s=state.limits.poll_interval_s)
@@ -293,13 +293,15 @@ async def lease_for(state: ServerState, request: Request, asked: str | None,
 SMALL_BODY = 4096  # bytes: a body this small is read on the event loop (`prepared`)
 
 
-async def prepared(request: Request, make: Callable[[], _T]) -> _T:
+async def prepared(state: ServerState, request: Request, make: Callable[[], _T]) -> _T:
     """`make()` — a dialect's body made into the engine's request: the tools' grammar, a
     schema's check, images decoded — on the event loop when the body is small (its checks
     take less than a thread hop), else on a worker thread (a big schema or grammar takes a
-    while to check, an image to decode)."""
+    while to check, an image to decode). Never on the loop where an image URL may be
+    fetched (`--allow-remote-images`): that waits on the network."""
     size = request.headers.get("content-length", "")
-    if size.isdigit() and int(size) <= SMALL_BODY:
+    if (size.isdigit() and int(size) <= SMALL_BODY
+            and not state.limits.allow_remote_images):
         return make()
     return await anyio.to_thread.run_sync(make)
 

@@ -208,7 +208,8 @@ class ModelRouter:
         """A lease on the model `asked` names if it is resident and ready — never blocking,
         so a request's event loop may ask — else None (then `acquire`, off the loop)."""
         with self._changed:
-            self._adopt_primary()
+            if not any(s.primary for s in self._slots):
+                return None  # the primary's model may be unadopted: `acquire` asks its engine
             slot = self._resident(asked)
             if (slot is None or not slot.loaded.is_set() or slot.error is not None
                     or slot.model is None or not _alive(slot.engine)):

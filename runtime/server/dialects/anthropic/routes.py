@@ -90,7 +90,7 @@ def anthropic_router(state: ServerState) -> APIRouter:
                 return sse_response(_events([*writer.opening(), *writer.closing(prefilled)]))
             return JSONResponse(writer.whole(prefilled))
         generation, reply = await prepared(
-            request, lambda: body.ask(state.limits).generation(lease.model, state.limits))
+            state, request, lambda: body.ask(state.limits).generation(lease.model, state.limits))
         return await answer(request, lease, generation, reply, writer, stream=body.stream,
                             poll_s=state.limits.poll_interval_s)
 

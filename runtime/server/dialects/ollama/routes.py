@@ -369,7 +369,7 @@ async def _answer(state: ServerState, request: Request,
         return _loaded(body.model, chat=chat, stream=body.stream)
     ask = partial(body.ask, state.limits, lease.model.n_ctx)
     generation, reply = await prepared(
-        request, lambda: ask().generation(lease.model, state.limits))
+        state, request, lambda: ask().generation(lease.model, state.limits))
     writer = OllamaWriter(body.model, chat=chat, logprobs=generation.logprobs is not None)
     return await answer(request, lease, generation, reply, writer, stream=body.stream,
                         poll_s=state.limits.poll_interval_s)

@@ -78,7 +78,7 @@ async def _complete(state: ServerState, body: ChatCompletionRequest | Completion
            else partial(body.ask, state.limits, lease.model.n_vocab))
     # Off the event loop: checking a big schema or tool grammar takes a while.
     generation, reply = await prepared(
-        request, lambda: ask().generation(lease.model, state.limits))
+        state, request, lambda: ask().generation(lease.model, state.limits))
     writer = OpenAIWriter(chat=chat, model=lease.model.name, include_usage=body.include_usage,
                           logprobs=generation.logprobs is not None)
     return await answer(request, lease, generation, reply, writer, stream=body.stream,

@@ -70,7 +70,7 @@ def responses_router(state: ServerState) -> APIRouter:
     async def responses(body: ResponsesRequest, request: Request) -> Response:
         lease = await lease_for(state, request, body.model)
         generation, reply = await prepared(
-            request, lambda: body.ask(state.limits).generation(lease.model, state.limits))
+            state, request, lambda: body.ask(state.limits).generation(lease.model, state.limits))
         return await answer(request, lease, generation, reply, ResponseWriter(body),
                             stream=body.stream, poll_s=state.limits.poll_interval_s)
 
