@@ -108,6 +108,18 @@ def test_a_circle_through_a_function_body_is_found(tmp_path: Path,
         ["circled.info", "circled.remote"]]
 
 
+# runtime/server/ before issue 36 rebuilt it around one generation path (31 flat modules).
+SERVER_LINES_BEFORE_ONE_PATH = 6186
+
+
+def test_the_server_stays_smaller_than_before_its_one_generation_path() -> None:
+    server = Path(runtime.__file__).parent / "server"
+    lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in server.rglob("*.py"))
+    assert lines < SERVER_LINES_BEFORE_ONE_PATH, (
+        f"runtime/server/ has {lines} lines, no fewer than the {SERVER_LINES_BEFORE_ONE_PATH} "
+        "it had with a copy of the request's path per dialect")
+
+
 def test_runtime_keeps_a_small_top_level() -> None:
     top = sorted(p.stem for p in Path(runtime.__file__).parent.glob("*.py")
                  if p.name != "__init__.py")
