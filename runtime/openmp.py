@@ -17,7 +17,7 @@ early thread sleeps soon and gives the CPU to the one it waits for.
 
 Measured, SmolLM2-135M Q4_1, 2 threads on a 2-CPU VM (an AMX host, 2026-12-07), time to
 first token / decode of a 64-token reply, the machine quiet or running two busy processes
-(`yes`):
+(`benchmarks/spin_counts.py`):
 
     GOMP_SPINCOUNT   quiet                busy
     300000 (libgomp) 12 ms / 92 tok/s     31 ms / 34 tok/s
@@ -28,9 +28,11 @@ first token / decode of a 64-token reply, the machine quiet or running two busy 
     0 (passive)      32 ms / 32 tok/s     21 ms / 48 tok/s
 
 An earlier VM lost a token to hundreds of ms with libgomp's spin when busy (845 ms to the
-first token) and kept its speed at 300 rounds; this one loses 40 % of its decode at 300
-(a futex sleep and wake-up at each barrier costs more than the wait it saves). 3,000 rounds
-is as fast as the full spin when quiet and the fastest spin when busy on both.
+first token) and kept its speed at 300 rounds; this one loses 40 % of its decode at 300 (a
+futex sleep and wake-up at each barrier costs more than the wait it saves). The busy column
+moves by a quarter between runs (a second one: 3,000 rounds 19 ms / 29 tok/s, 300 rounds
+42 ms / 21 tok/s, 0 rounds 67 ms / 15 tok/s): 3,000 rounds is as fast as the full spin when
+quiet, and when busy it is among the spins that beat 300 and 0 in both runs.
 
 libgomp already cuts its spin (to 100) when it has more threads than CPUs; this extends that
 to "as many as CPUs", where the engine's other threads have no CPU to spare either. Where a
